@@ -1,0 +1,36 @@
+# Every target creates .venv from nothing (Python 3.11, pip) and installs what it needs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-dev
+
+.PHONY: demo test test-fast lint matrix clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+## demo: record the approval-flow example into a fresh ledger, print its calls, verify it
+demo: $(STAMP)
+	rm -rf demo-out
+	$(BIN)/evidence-ledger demo --ledger demo-out/ledger
+	$(BIN)/evidence-ledger verify --ledger demo-out/ledger
+
+## lint: ruff and mypy
+lint: $(STAMP)
+	$(BIN)/ruff check ledger cli tests examples benchmarks
+	$(BIN)/mypy
+
+## test: lint, type-check, the fast suite, then the SDK release matrix (cached venvs)
+test: lint
+	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -m "not release_matrix"
+	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -m release_matrix
+
+## test-fast: lint and the fast suite only
+test-fast: lint
+	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -m "not release_matrix"
+
+clean:
+	rm -rf $(VENV) .cache demo-out .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,254 @@
+"""evidence-ledger: the command line. It parses arguments, calls ``ledger``, and prints.
+
+Exit codes (every command): 0 success; 1 evidence that fails to verify (a violation, a
+tampered or unparseable ledger, note, bundle or export); 2 bad usage or input that is
+not evidence. Errors print one line on stderr; ``--verbose`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ledger.audit import verify_ledger
+from ledger.chains import call_chains
+from ledger.entries import entry_json
+from ledger.errors import LedgerError, UsageError
+from ledger.ingest import ingest_file
+from ledger.log import Ledger
+from ledger.writer import EvidenceWriter
+
+from . import output
+
+app = typer.Typer(
+    name="evidence-ledger",
+    help="Content-addressed, Merkle-chained evidence ledger for AI agent runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+LedgerOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--ledger", envvar="EVIDENCE_LEDGER", show_envvar=True,
+        help="Ledger directory [default: ./.evidence].",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show tracebacks on errors.")] = False,
+) -> None:
+    """Record agent evidence, verify it, and prove it to others."""
+
+
+@app.command()
+def verify(ledger: LedgerOpt = None, json: JsonOpt = False) -> None:
+    """Check integrity (hashes, links, encoding, payloads) and every evidence rule.
+
+    Exit 0 when no rule is violated, 1 otherwise.
+    """
+    report = verify_ledger(Ledger(ledger))
+    if json:
+        output.print_json(report.to_json())
+    else:
+        output.print_report(report)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+def ingest(
+    events: Annotated[Path, typer.Argument(help="JSON Lines file, one evidence event a line.")],
+    ledger: LedgerOpt = None,
+    again: Annotated[bool, typer.Option("--again", help="Ingest a file seen before.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Append evidence from any framework (schemas/ingest-event.schema.json), atomically.
+
+    A file where any line fails the schema is rejected whole (exit 2), naming the line.
+    """
+    result = ingest_file(EvidenceWriter(Ledger(ledger)), events, again=again)
+    if json:
+        output.print_json({
+            "file_sha256": "sha256:" + result.file_sha256.hex(), "events": result.events,
+            "first_seq": result.first_seq, "last_seq": result.last_seq,
+        })
+    else:
+        output.stdout.print(
+            f"ingested {result.events} events from {events} as seq "
+            f"{result.first_seq}..{result.last_seq}"
+        )
+
+
+@app.command("log")
+def log_(
+    ledger: LedgerOpt = None,
+    kind: Annotated[str | None, typer.Option(help="Only entries of this kind.")] = None,
+    call_id: Annotated[str | None, typer.Option("--call-id", help="Only this call_id.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the last N matches.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """List entries, newest last."""
+    book = Ledger(ledger)
+    book.require_exists()
+    rows = [
+        entry_json(entry, hash_)
+        for entry, hash_ in book.entries()
+        if (kind is None or entry.kind == kind)
+        and (call_id is None or entry.body.get("call_id") == call_id)
+    ]
+    rows = rows[-limit:] if limit else rows
+    if json:
+        output.print_json(rows)
+        return
+    for row in rows:
+        body = row["body"]
+        summary = " ".join(
+            f"{k}={v}" for k, v in body.items()
+            if v not in (None, [], "") and k in ("run_id", "call_id", "agent", "tool", "decision",
+                                                  "approver", "status", "item_type", "session_id")
+        )
+        output.stdout.print(
+            f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} {summary}",
+            highlight=False,
+        )
+
+
+_TRACE_LINES = {
+    "call": lambda b: f"{b['agent']} called {b['tool']} args {b['args_digest'][:19]}",
+    "decision": lambda b: f"{b['decision']} by {b['approver']}" + (" (always)" * b["always"]),
+    "execution": lambda b: f"ran, result {str(b['result_digest'])[:19]}"
+    + (f" error {b['error']}" if b["error"] else ""),
+    "session_item": lambda b: f"{b['op']} {b['item_type']} in session {b['session_id']}",
+    "guardrail": lambda b: f"blocked by {b['guardrail']}",
+    "tool_policy": lambda b: f"needs_approval={b['needs_approval']} ({b['policy']})",
+}
+
+
+@app.command()
+def trace(
+    call_id: Annotated[str, typer.Argument(help="The call_id to follow.")],
+    ledger: LedgerOpt = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Only this run.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """One call's chain as a timeline: call, decisions, executions, session items."""
+    book = Ledger(ledger)
+    report = verify_ledger(book)
+    timeline = [
+        entry_json(entry, hash_)
+        for entry, hash_ in book.entries()
+        if entry.body.get("call_id") == call_id
+        and (run_id is None or entry.body.get("run_id") == run_id)
+    ]
+    if not timeline:
+        raise UsageError(f"no entry names call_id {call_id!r}")
+    violations = [
+        v for v in report.violations
+        if v.call_id == call_id and (run_id is None or v.run_id == run_id)
+    ]
+    if json:
+        output.print_json({
+            "call_id": call_id, "entries": timeline,
+            "violations": [v.to_json() for v in violations],
+        })
+        return
+    for row in timeline:
+        body = row["body"]
+        detail = _TRACE_LINES.get(row["kind"], lambda b: "")(body)
+        scope = "/".join(body.get("scope") or [])
+        output.stdout.print(
+            f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} "
+            f"{body.get('run_id')}{'/' + scope if scope else ''}  {detail}",
+            highlight=False,
+        )
+    for v in violations:
+        output.stdout.print(f"[red]{v.rule}[/] at seq {v.seq}: {v.detail}", highlight=False)
+
+
+@app.command()
+def demo(
+    ledger: Annotated[
+        Path, typer.Option("--ledger", help="Fresh ledger directory to record into.")
+    ] = Path("demo-ledger"),
+) -> None:
+    """Record the approval-flow example (examples/approval_flow.py) and verify it.
+
+    Runs offline with a scripted model: no API key needed.
+    """
+    if Ledger(ledger).store.exists():
+        raise UsageError(f"{ledger} already holds a ledger; remove it or pass another --ledger")
+    script = EXAMPLES / "approval_flow.py"
+    if not script.is_file():
+        raise UsageError(f"{script} not found: run demo from a checkout of evidence-ledger")
+    spec = importlib.util.spec_from_file_location("approval_flow", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    asyncio.run(module.main(str(ledger)))
+    report = verify_ledger(Ledger(ledger))
+    output.stdout.print(f"recorded {script.name} into {ledger}")
+    output.print_chains(call_chains(report.calls.values()))
+    output.print_report(report)
+    output.stdout.print(f"check it yourself: evidence-ledger verify --ledger {ledger}")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def _usage_error(exc: Exception) -> str | None:
+    """The message of an argument-parser error (unknown flag, missing argument), else None.
+
+    Typer raises its own copy of click's ClickException, which has no public import
+    path: recognise it by its interface.
+    """
+    message = getattr(exc, "format_message", None)
+    if callable(message) and isinstance(getattr(exc, "exit_code", None), int):
+        return str(message())
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: run the app and turn errors into exit codes once.
+
+    ``--verbose`` may stand anywhere on the line. Usage errors exit 2; a
+    :class:`LedgerError` exits with its own code; anything else is an internal error (1).
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    verbose = "--verbose" in args
+    args = [a for a in args if a != "--verbose"]
+    try:
+        code = app(args=args, prog_name="evidence-ledger", standalone_mode=False)
+    except (typer.Abort, KeyboardInterrupt):
+        output.stderr.print("evidence-ledger: aborted")
+        sys.exit(130)
+    except LedgerError as exc:
+        if verbose:
+            traceback.print_exc()
+        output.stderr.print(f"evidence-ledger: error: {exc}", highlight=False, markup=False)
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        if verbose:
+            traceback.print_exc()
+        usage = _usage_error(exc)
+        if usage == "":  # no command given: the help was printed
+            sys.exit(2)
+        if usage is not None:
+            output.stderr.print(
+                f"evidence-ledger: usage error: {usage} (see --help)", highlight=False, markup=False
+            )
+            sys.exit(2)
+        output.stderr.print(
+            f"evidence-ledger: internal error: {type(exc).__name__}: {exc} (rerun with --verbose)",
+            highlight=False, markup=False,
+        )
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

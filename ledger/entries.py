@@ -1,0 +1,223 @@
+"""Ledger entries: the content-addressed, hash-chained records of evidence.
+
+An entry is a canonical MessagePack map (see :mod:`ledger.encoding` and FORMAT.md)::
+
+    {"v": 1, "seq": int, "prev": bin(32), "kind": str, "time": int (ns, UTC),
+     "refs": [bin(32), ...], "body": {...}}
+
+``seq`` is the entry's leaf index in the Merkle tree; ``prev`` is the entry hash of
+entry ``seq - 1`` (32 zero bytes for the first); ``refs`` are entry hashes of earlier
+entries this one links to. The entry hash is SHA-256 over the entry bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import encoding
+from .errors import EncodingError
+
+FORMAT_VERSION = 1
+ZERO_HASH = bytes(32)
+
+Check = Callable[[Any], bool]
+
+
+def _str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _opt_str(v: Any) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _opt_bool(v: Any) -> bool:
+    return v is None or isinstance(v, bool)
+
+
+def _hash(v: Any) -> bool:
+    return isinstance(v, bytes) and len(v) == 32
+
+
+def _opt_hash(v: Any) -> bool:
+    return v is None or _hash(v)
+
+
+def _scope(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(s, str) for s in v)
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _one_of(*values: str | None) -> Check:
+    return lambda v: v in values
+
+
+_CALL_ID = {"run_id": _str, "scope": _scope, "call_id": _str}
+
+BODY_FIELDS: dict[str, dict[str, Check]] = {
+    "tool_policy": {
+        "run_id": _str, "scope": _scope, "agent": _str, "tool": _str,
+        "needs_approval": _bool, "policy": _one_of("static", "callable"), "call_id": _opt_str,
+    },
+    "call": {
+        **_CALL_ID, "agent": _str, "tool": _str, "args_digest": _hash,
+        "args_form": _one_of("jcs", "raw"), "args_payload": _hash,
+        "needs_approval": _opt_bool, "response_id": _opt_str,
+    },
+    "decision": {
+        **_CALL_ID, "decision": _one_of("approve", "reject"), "always": _bool,
+        "approver": _str, "reason": _opt_str, "message_digest": _opt_hash,
+        "args_digest": _opt_hash, "args_form": _one_of(None, "jcs", "raw"),
+        "agent": _opt_str, "tool": _opt_str,
+    },
+    "execution": {
+        **_CALL_ID, "agent": _opt_str, "tool": _opt_str, "args_digest": _hash,
+        "args_form": _one_of("jcs", "raw"), "args_payload": _hash,
+        "result_digest": _opt_hash, "error": _opt_str,
+    },
+    "session_item": {
+        "run_id": _str, "scope": _scope, "session_id": _str,
+        "op": _one_of("add", "pop", "clear"), "item_type": _opt_str, "call_id": _opt_str,
+        "item_digest": _opt_hash, "output_digest": _opt_hash, "args_digest": _opt_hash,
+    },
+    "guardrail": {
+        **_CALL_ID, "guardrail": _str, "message_digest": _opt_hash,
+        "agent": _opt_str, "tool": _opt_str,
+    },
+    "run_end": {
+        "run_id": _str, "scope": _scope,
+        "status": _one_of("completed", "interrupted", "failed"),
+    },
+    "ingest": {"file_sha256": _hash, "lines": _count, "name": _str},
+}
+"""Every kind's body fields and their checks (the JSON Schemas in ``schemas/entry-bodies/``
+describe the same fields; a test keeps the two in step)."""
+
+KINDS = tuple(BODY_FIELDS)
+"""Entry kinds this format version defines."""
+
+PAYLOAD_FIELDS = ("args_payload", "result_digest", "message_digest", "item_digest", "output_digest")
+"""Body fields that name a payload in the payload store by its SHA-256."""
+
+_FIELDS = frozenset({"v", "seq", "prev", "kind", "time", "refs", "body"})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One decoded entry.
+
+    Attributes:
+        seq: leaf index, 0-based (entries).
+        prev: entry hash of the previous entry, 32 bytes (zeros for seq 0).
+        kind: one of :data:`KINDS`.
+        time: nanoseconds since the Unix epoch, UTC.
+        refs: entry hashes (32 bytes each) of earlier entries this one links to.
+        body: kind-specific map (str keys; values without floats).
+    """
+
+    seq: int
+    prev: bytes
+    kind: str
+    time: int
+    body: dict[str, Any]
+    refs: tuple[bytes, ...] = field(default=())
+
+    def to_bytes(self) -> bytes:
+        """Canonical bytes of this entry.
+
+        Raises:
+            EncodingError: if a field cannot be encoded canonically.
+        """
+        return encoding.encode(
+            {
+                "v": FORMAT_VERSION,
+                "seq": self.seq,
+                "prev": self.prev,
+                "kind": self.kind,
+                "time": self.time,
+                "refs": list(self.refs),
+                "body": self.body,
+            }
+        )
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return "sha256:" + value.hex() if len(value) == 32 else value.hex()
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    return value
+
+
+def entry_json(entry: Entry, hash_: bytes) -> dict[str, Any]:
+    """JSON form of an entry: digests and hashes as ``sha256:<lowercase hex>``."""
+    return {
+        "seq": entry.seq,
+        "hash": "sha256:" + hash_.hex(),
+        "prev": "sha256:" + entry.prev.hex(),
+        "kind": entry.kind,
+        "time": entry.time,
+        "refs": ["sha256:" + r.hex() for r in entry.refs],
+        "body": _json_value(entry.body),
+    }
+
+
+def entry_hash(data: bytes) -> bytes:
+    """Entry hash: SHA-256 of the entry's canonical bytes (32 bytes)."""
+    return hashlib.sha256(data).digest()
+
+
+def _expect(cond: bool, message: str) -> None:
+    if not cond:
+        raise EncodingError(message)
+
+
+def check_body(kind: str, body: dict[str, Any]) -> None:
+    """Check that ``body`` has exactly the fields of ``kind``, each of the right type.
+
+    Raises:
+        EncodingError: naming the first field that is missing, extra or wrong.
+    """
+    fields = BODY_FIELDS.get(kind)
+    _expect(fields is not None, f"unknown kind {kind!r}")
+    assert fields is not None
+    _expect(set(body) == set(fields), f"{kind} body fields {sorted(body)} != {sorted(fields)}")
+    for name, check in fields.items():
+        _expect(check(body[name]), f"{kind} body field {name!r} has a bad value")
+
+
+def decode_entry(data: bytes) -> Entry:
+    """Parse and check canonical entry bytes.
+
+    Raises:
+        EncodingError: if the bytes are not canonical MessagePack, or the map lacks a
+            field, has an unknown one, or a field has the wrong type or length.
+    """
+    value = encoding.decode(data)
+    _expect(isinstance(value, dict), "entry is not a map")
+    _expect(set(value) == _FIELDS, f"entry fields {sorted(value)} != {sorted(_FIELDS)}")
+    _expect(value["v"] == FORMAT_VERSION, f"unknown format version {value['v']!r}")
+    seq, prev, kind, time, refs, body = (
+        value["seq"], value["prev"], value["kind"], value["time"], value["refs"], value["body"]
+    )
+    _expect(isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0, "bad seq")
+    _expect(isinstance(prev, bytes) and len(prev) == 32, "prev is not 32 bytes")
+    _expect(isinstance(kind, str) and kind in KINDS, f"unknown kind {kind!r}")
+    _expect(isinstance(time, int) and not isinstance(time, bool) and time >= 0, "bad time")
+    _expect(isinstance(refs, list), "refs is not a list")
+    _expect(all(isinstance(r, bytes) and len(r) == 32 for r in refs), "a ref is not 32 bytes")
+    _expect(isinstance(body, dict), "body is not a map")
+    check_body(kind, body)
+    return Entry(seq=seq, prev=prev, kind=kind, time=time, body=body, refs=tuple(refs))

@@ -1,0 +1,149 @@
+"""Ingest evidence from any framework: one JSON object per line, line order = evidence order.
+
+Each line must pass ``schemas/ingest-event.schema.json``. A file is checked whole before
+anything is written: one failing line rejects the file (:class:`IngestError` with the
+line number, exit code 2) and nothing is appended. A file that passes is appended as one
+atomic log group (all lines or none), followed by an ``ingest`` entry holding the file's
+SHA-256; ingesting the same bytes again is refused unless ``again=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import schemas
+from .digests import parse_strict_json, to_text
+from .errors import IngestError, UsageError
+from .writer import EvidenceWriter
+
+DEFAULT_RUN_ID = "default"
+SCHEMA = "ingest-event"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What an ingest appended.
+
+    Attributes:
+        file_sha256: SHA-256 of the file's bytes (32 bytes).
+        events: number of evidence lines appended.
+        first_seq: seq of the first entry appended.
+        last_seq: seq of the ``ingest`` entry that closes the group.
+    """
+
+    file_sha256: bytes
+    events: int
+    first_seq: int
+    last_seq: int
+
+
+def parse_events(data: bytes) -> list[tuple[int, dict[str, Any]]]:
+    """Parse and validate JSONL ``data``; return (line number, event) pairs.
+
+    Blank lines are skipped (they still count for line numbers).
+
+    Raises:
+        IngestError: at the first line that is not UTF-8, not strict JSON (duplicate
+            keys, NaN and Infinity are refused), or fails the ingest schema.
+    """
+    events = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            event = parse_strict_json(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise IngestError(f"line {number}: not UTF-8 ({exc.reason})", number) from exc
+        except (ValueError, RecursionError) as exc:
+            raise IngestError(f"line {number}: not a JSON object ({exc})", number) from exc
+        problem = schemas.first_error(SCHEMA, event)
+        if problem is not None:
+            raise IngestError(f"line {number}: {problem}", number)
+        events.append((number, event))
+    return events
+
+
+def _arguments(value: str | dict[str, Any]) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _common(event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": event.get("run_id", DEFAULT_RUN_ID),
+        "scope": event.get("scope", []),
+        "time_ns": event.get("time"),
+    }
+
+
+def _optional(event: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {name: event[name] for name in names if name in event}
+
+
+def _append(writer: EvidenceWriter, event: dict[str, Any]) -> None:
+    kind, common = event["kind"], _common(event)
+    appenders: dict[str, Callable[[], bytes]] = {
+        "call": lambda: writer.call(
+            call_id=event["call_id"], agent=event["agent"], tool=event["tool"],
+            arguments=_arguments(event["arguments"]),
+            needs_approval=event.get("needs_approval", False),
+            response_id=event.get("response_id"), **common,
+        ),
+        "decision": lambda: writer.decision(
+            call_id=event["call_id"], decision=event["decision"], approver=event["approver"],
+            always=event.get("always", False),
+            arguments=_arguments(event["arguments"]) if "arguments" in event else None,
+            **_optional(event, "reason", "message", "agent", "tool"), **common,
+        ),
+        "execution": lambda: writer.execution(
+            call_id=event["call_id"], arguments=_arguments(event["arguments"]),
+            result=event.get("result"), **_optional(event, "error", "agent", "tool"), **common,
+        ),
+        "session_item": lambda: writer.session_item(
+            session_id=event["session_id"], item=event.get("item"),
+            op=event.get("op", "add"), **common,
+        ),
+        "guardrail": lambda: writer.guardrail(
+            call_id=event["call_id"], guardrail=event["guardrail"],
+            **_optional(event, "message", "agent", "tool"), **common,
+        ),
+        "run_end": lambda: writer.run_end(status=event["status"], **common),
+    }
+    appenders[kind]()
+
+
+def ingest_file(writer: EvidenceWriter, path: Path, *, again: bool = False) -> IngestResult:
+    """Validate the JSONL file at ``path`` whole, then append it atomically.
+
+    Raises:
+        UsageError: if the file cannot be read, or was ingested before and ``again`` is
+            False.
+        IngestError: if a line fails (see :func:`parse_events`); nothing is appended.
+        StorageError: if the append fails; nothing is appended.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    events = parse_events(data)
+    if not events:
+        raise IngestError(f"{path}: no events", 0)
+    digest = hashlib.sha256(data).digest()
+    with writer.atomic():
+        if writer.already_ingested(digest) and not again:
+            raise UsageError(
+                f"{path} ({to_text(digest)}) was ingested before; pass --again to ingest it again"
+            )
+        first = writer.size
+        for number, event in events:
+            try:
+                _append(writer, event)
+            except UsageError as exc:
+                raise IngestError(f"line {number}: {exc}", number) from exc
+        last = writer.size
+        writer.ingest_marker(file_sha256=digest, lines=len(events), name=Path(path).name)
+    return IngestResult(digest, len(events), first, last)

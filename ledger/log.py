@@ -1,0 +1,124 @@
+"""A ledger directory: the append-only log, the payload store beside it, and the lock.
+
+Layout of ``<dir>`` (default ``./.evidence``; ``--ledger`` or ``EVIDENCE_LEDGER``)::
+
+    log.bin        framed entries (see ledger.store)
+    payloads/      content-addressed payloads (see ledger.payloads)
+    writer.lock    exclusive writer lock (flock)
+    torn/          torn tails cut back by a writer after a crash, kept for inspection
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .entries import Entry, decode_entry, entry_hash
+from .errors import EncodingError, EvidenceError, UsageError
+from .payloads import PayloadStore
+from .store import Damage, FileLogStore, Record, TornTail
+
+DEFAULT_DIR = ".evidence"
+ENV_VAR = "EVIDENCE_LEDGER"
+
+
+def resolve_dir(directory: str | os.PathLike[str] | None) -> Path:
+    """The ledger directory: ``directory``, else ``$EVIDENCE_LEDGER``, else ``./.evidence``."""
+    if directory:
+        return Path(directory)
+    return Path(os.environ.get(ENV_VAR) or DEFAULT_DIR)
+
+
+@dataclass(frozen=True)
+class Tail:
+    """Where the next entry goes.
+
+    Attributes:
+        size: number of entries in the log (the next seq).
+        last_hash: entry hash of entry ``size - 1`` (zeros when empty).
+        offset: byte length of the log up to and including that entry.
+    """
+
+    size: int
+    last_hash: bytes
+    offset: int
+
+
+class Ledger:
+    """One ledger directory.
+
+    Args:
+        directory: path of the ledger directory (see :func:`resolve_dir`).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self.directory = resolve_dir(directory)
+        self.store = FileLogStore(self.directory)
+        self.payloads = PayloadStore(self.directory)
+
+    def require_exists(self) -> None:
+        """Raise :class:`UsageError` unless the directory holds a log."""
+        if not self.store.exists():
+            raise UsageError(f"no ledger at {self.directory} (no {self.store.path.name})")
+
+    def scan(self) -> Iterator[Record | Damage | TornTail]:
+        """Raw records of the log, in order (see :meth:`FileLogStore.scan`); never writes."""
+        return self.store.scan()
+
+    def entries(self) -> Iterator[tuple[Entry, bytes]]:
+        """Decoded entries with their entry hashes, in order.
+
+        Stops quietly before a torn tail.
+
+        Raises:
+            EvidenceError: at the first damaged or non-canonical record (run ``verify``
+                for the full report).
+        """
+        for item in self.scan():
+            if isinstance(item, Damage):
+                raise EvidenceError(f"log damaged at seq {item.index}: {item.reason}")
+            if isinstance(item, TornTail):
+                return
+            if not item.crc_ok:
+                raise EvidenceError(f"log damaged at seq {item.index}: record fails its CRC-32")
+            try:
+                entry = decode_entry(item.data)
+            except EncodingError as exc:
+                raise EvidenceError(f"log damaged at seq {item.index}: {exc}") from exc
+            yield entry, entry_hash(item.data)
+
+    @contextlib.contextmanager
+    def locked_tail(
+        self, tail: Tail, visit: Callable[[Entry, bytes], None], timeout: float = 30.0
+    ) -> Iterator[Tail]:
+        """Hold the writer lock, catch up from ``tail``, and yield where the next entry goes.
+
+        Entries appended since ``tail`` (by this or another process) are decoded and
+        passed to ``visit(entry, entry_hash)`` so a writer can keep its indexes current;
+        a torn tail is cut back (its bytes kept in ``torn/``).
+
+        Raises:
+            LockTimeout: if another writer holds the lock past ``timeout`` seconds.
+            EvidenceError: if the log is damaged (a writer never appends to a damaged log).
+        """
+        with self.store.lock(timeout):
+            size, last_hash, offset = tail.size, tail.last_hash, tail.offset
+            for item in self.store.scan(offset, size):
+                if isinstance(item, TornTail):
+                    self.store.cut_torn_tail(item)
+                    break
+                if isinstance(item, Damage) or not item.crc_ok:
+                    raise EvidenceError(
+                        f"log damaged at seq {item.index}; refusing to append (run verify)"
+                    )
+                try:
+                    entry = decode_entry(item.data)
+                except EncodingError as exc:
+                    raise EvidenceError(f"log damaged at seq {item.index}: {exc}") from exc
+                last_hash = entry_hash(item.data)
+                visit(entry, last_hash)
+                size, offset = size + 1, item.end
+            yield Tail(size, last_hash, offset)

@@ -1,0 +1,59 @@
+"""RFC 9162 §2.1 Merkle tree hashing, with domain-separation prefixes.
+
+- leaf hash = SHA-256(0x00 || entry bytes)            (RFC 9162 §2.1.1)
+- node hash = SHA-256(0x01 || left || right)          (RFC 9162 §2.1.1)
+- MTH({}) = SHA-256("")
+
+:class:`CompactRange` computes the root hash of a growing tree in O(log n) memory,
+appending in O(1) amortised hashes, without keeping the leaves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+LEAF_PREFIX = b"\x00"
+NODE_PREFIX = b"\x01"
+HASH_SIZE = 32
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+
+
+def leaf_hash(data: bytes) -> bytes:
+    """RFC 9162 §2.1.1 leaf hash of ``data`` (32 bytes)."""
+    return hashlib.sha256(LEAF_PREFIX + data).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """RFC 9162 §2.1.1 interior node hash of two 32-byte children (32 bytes)."""
+    return hashlib.sha256(NODE_PREFIX + left + right).digest()
+
+
+class CompactRange:
+    """The perfect subtrees covering leaves ``[0, size)``, largest first.
+
+    ``root()`` folds them right to left, which equals MTH(D[0:size]) because RFC 9162
+    splits at the largest power of two below the size.
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._peaks: list[bytes] = []  # one hash per set bit of size, highest bit first
+
+    def append(self, leaf: bytes) -> None:
+        """Add one leaf hash (32 bytes) at index ``size``."""
+        node = leaf
+        size = self.size
+        while size & 1:
+            node = node_hash(self._peaks.pop(), node)
+            size >>= 1
+        self._peaks.append(node)
+        self.size += 1
+
+    def root(self) -> bytes:
+        """MTH of the leaves appended so far (32 bytes); SHA-256("") when empty."""
+        if not self._peaks:
+            return EMPTY_ROOT
+        node = self._peaks[-1]
+        for peak in reversed(self._peaks[:-1]):
+            node = node_hash(peak, node)
+        return node

@@ -1,0 +1,388 @@
+"""The producer API: turn evidence into entries and append them.
+
+Every producer (the openai-agents recorder, JSONL ingest) writes through
+:class:`EvidenceWriter`, so one piece of code defines each kind's body. Payloads
+(arguments, results, messages, session items) go to the payload store first; the entry
+holds only their digests. A call's identity is ``(run_id, scope, call_id)`` where
+``scope`` is the path of agent-as-tool edges from the top agent (empty at top level).
+
+Writers may live in several processes at once: each append takes the OS lock, catches
+up with what others appended, and releases it (see :meth:`Ledger.locked_tail`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from . import digests
+from .entries import ZERO_HASH, Entry, check_body, entry_hash
+from .errors import UsageError
+from .log import Ledger, Tail
+
+Scope = tuple[str, ...]
+CallKey = tuple[str, Scope, str]
+
+RUN_STATUSES = ("completed", "interrupted", "failed")
+DECISIONS = ("approve", "reject")
+SESSION_OPS = ("add", "pop", "clear")
+
+
+def item_bytes(item: Any) -> bytes:
+    """Canonical bytes of a session item: RFC 8785 JSON, or sorted ``json.dumps`` as a
+    fallback for values RFC 8785 refuses (never raises)."""
+    try:
+        return digests.canonical_json(item)
+    except ValueError:
+        return json.dumps(item, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
+
+
+class EvidenceWriter:
+    """Append evidence entries to a ledger.
+
+    Args:
+        ledger: the :class:`Ledger` (or its directory) to append to.
+        lock_timeout: seconds to wait for another writer's lock.
+        clock: source of entry times, integer ns since the epoch, UTC.
+
+    Every method that appends returns the new entry's 32-byte entry hash and raises
+    :class:`~ledger.errors.StorageError` (nothing acknowledged) when the write fails.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger | str | os.PathLike[str] | None = None,
+        *,
+        lock_timeout: float = 30.0,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+        self.lock_timeout = lock_timeout
+        self.clock = clock
+        self._group: list[bytes] | None = None
+        self._next: Tail | None = None
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop every index; the next append re-reads the log from the start."""
+        self._tail = Tail(0, ZERO_HASH, 0)
+        self._calls: dict[CallKey, bytes] = {}
+        self._calls_by_id: dict[tuple[str, str], list[bytes]] = {}
+        self._ingested: set[bytes] = set()
+
+    # -- indexes -------------------------------------------------------------------
+
+    def _visit(self, entry: Entry, hash_: bytes) -> None:
+        body = entry.body
+        if entry.kind == "call":
+            key = (body["run_id"], tuple(body["scope"]), body["call_id"])
+            self._calls[key] = hash_
+            self._calls_by_id.setdefault((body["run_id"], body["call_id"]), []).append(hash_)
+        elif entry.kind == "ingest":
+            self._ingested.add(body["file_sha256"])
+
+    def find_call(self, run_id: str, scope: Sequence[str] | None, call_id: str) -> bytes | None:
+        """Entry hash of the recorded call, or None.
+
+        With ``scope=None`` the most recent call with that ``(run_id, call_id)`` in any
+        scope is returned.
+        """
+        if scope is None:
+            found = self._calls_by_id.get((run_id, call_id))
+            return found[-1] if found else None
+        return self._calls.get((run_id, tuple(scope), call_id))
+
+    @property
+    def size(self) -> int:
+        """Entries in the log as this writer knows it, pending ones of an open group included."""
+        return (self._next or self._tail).size
+
+    def call_scopes(self, run_id: str, call_id: str) -> list[Scope]:
+        """Scopes of the recorded calls with this ``(run_id, call_id)``, oldest first.
+
+        Catches up with entries other writers appended (takes the writer lock).
+        """
+        with self.atomic():
+            return [scope for (run, scope, call) in self._calls if (run, call) == (run_id, call_id)]
+
+    def already_ingested(self, file_sha256: bytes) -> bool:
+        """True when an ``ingest`` entry names a file with this 32-byte SHA-256."""
+        with self.atomic():
+            return file_sha256 in self._ingested
+
+    # -- appending -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Group every append inside the block into one atomic, fsynced log group.
+
+        The writer lock is held for the whole block. If the block raises, nothing is
+        appended. Nested blocks join the outer one.
+        """
+        if self._group is not None:
+            yield
+            return
+        self.ledger.store.create()
+        with self.ledger.locked_tail(self._tail, self._visit, self.lock_timeout) as tail:
+            self._group, self._next = [], tail
+            try:
+                yield
+                if self._group:
+                    self.ledger.payloads.sync()
+                    end = self.ledger.store.append_group(self._group)
+                    self._tail = Tail(self._next.size, self._next.last_hash, end)
+            except BaseException:
+                self._forget()  # indexes may name entries that were never written
+                raise
+            finally:
+                self._group, self._next = None, None
+
+    def append(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        refs: Sequence[bytes] = (),
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Append one entry of ``kind`` with ``body`` and ``refs``; return its entry hash.
+
+        Raises:
+            EncodingError: if the body holds a value the canonical encoding refuses.
+            StorageError: if the write fails.
+        """
+        check_body(kind, body)
+        with self.atomic():
+            assert self._next is not None and self._group is not None
+            entry = Entry(
+                seq=self._next.size,
+                prev=self._next.last_hash,
+                kind=kind,
+                time=self.clock() if time_ns is None else time_ns,
+                body=body,
+                refs=tuple(refs),
+            )
+            data = entry.to_bytes()
+            hash_ = entry_hash(data)
+            self._group.append(data)
+            self._next = Tail(entry.seq + 1, hash_, 0)
+            self._visit(entry, hash_)
+            return hash_
+
+    def _put(self, data: bytes) -> bytes:
+        return self.ledger.payloads.put(data)
+
+    def _call_refs(self, run_id: str, scope: Sequence[str] | None, call_id: str) -> list[bytes]:
+        found = self.find_call(run_id, scope, call_id)
+        return [found] if found else []
+
+    # -- kinds -----------------------------------------------------------------------
+
+    def tool_policy(
+        self,
+        *,
+        run_id: str,
+        agent: str,
+        tool: str,
+        needs_approval: bool,
+        scope: Sequence[str] = (),
+        policy: str = "static",
+        call_id: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record an agent's tool and whether it needs approval.
+
+        ``policy`` is ``"static"`` (a bool on the tool) or ``"callable"`` (evaluated per
+        call; then ``call_id`` names the call and ``needs_approval`` is the result).
+        """
+        body = {
+            "run_id": run_id, "scope": list(scope), "agent": agent, "tool": tool,
+            "needs_approval": bool(needs_approval), "policy": policy, "call_id": call_id,
+        }
+        refs = self._call_refs(run_id, scope, call_id) if call_id else []
+        return self.append("tool_policy", body, refs, time_ns)
+
+    def call(
+        self,
+        *,
+        run_id: str,
+        call_id: str,
+        agent: str,
+        tool: str,
+        arguments: str,
+        scope: Sequence[str] = (),
+        needs_approval: bool | None = False,
+        response_id: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record a ``function_call`` the model made.
+
+        ``arguments`` is the raw arguments string; it is stored as a payload and
+        digested (see :func:`ledger.digests.arguments_digest`). ``needs_approval`` is
+        None when a callable policy decides per call (see :meth:`tool_policy`).
+        """
+        args = digests.arguments_digest(arguments)
+        body = {
+            "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
+            "tool": tool, "args_digest": args.digest, "args_form": args.form,
+            "args_payload": self._put(args.raw), "needs_approval": needs_approval,
+            "response_id": response_id,
+        }
+        return self.append("call", body, [], time_ns)
+
+    def decision(
+        self,
+        *,
+        run_id: str,
+        call_id: str,
+        decision: str,
+        approver: str,
+        scope: Sequence[str] = (),
+        always: bool = False,
+        reason: str | None = None,
+        message: str | None = None,
+        arguments: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record a human ``approve`` or ``reject`` bound to one call.
+
+        ``arguments`` is what the approver was shown (default: the call's recorded
+        arguments digest). ``always`` makes the decision sticky for the agent's tool.
+
+        Raises:
+            UsageError: if ``decision`` is not ``approve`` or ``reject``.
+        """
+        if decision not in DECISIONS:
+            raise UsageError(f"decision must be one of {DECISIONS}, not {decision!r}")
+        call_hash = self.find_call(run_id, scope, call_id)
+        args_digest: bytes | None = None
+        args_form: str | None = None
+        if arguments is not None:
+            args = digests.arguments_digest(arguments)
+            args_digest, args_form = args.digest, args.form
+        body = {
+            "run_id": run_id, "scope": list(scope), "call_id": call_id, "decision": decision,
+            "always": bool(always), "approver": approver, "reason": reason,
+            "message_digest": self._put(digests.output_bytes(message)) if message else None,
+            "args_digest": args_digest, "args_form": args_form, "agent": agent, "tool": tool,
+        }
+        return self.append("decision", body, [call_hash] if call_hash else [], time_ns)
+
+    def execution(
+        self,
+        *,
+        run_id: str,
+        call_id: str,
+        arguments: str,
+        scope: Sequence[str] = (),
+        agent: str | None = None,
+        tool: str | None = None,
+        result: Any = None,
+        error: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record that a tool ran with ``arguments`` (raw string) and returned ``result``.
+
+        ``result`` is digested like a persisted output (see :func:`digests.output_bytes`);
+        ``None`` with ``error`` set records a failed execution.
+        """
+        args = digests.arguments_digest(arguments)
+        result_digest = None
+        if result is not None:
+            try:
+                result_digest = self._put(digests.output_bytes(result))
+            except ValueError:
+                result_digest = self._put(str(result).encode("utf-8", "surrogatepass"))
+        body = {
+            "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
+            "tool": tool, "args_digest": args.digest, "args_form": args.form,
+            "args_payload": self._put(args.raw), "result_digest": result_digest,
+            "error": error,
+        }
+        return self.append("execution", body, self._call_refs(run_id, scope, call_id), time_ns)
+
+    def session_item(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        item: dict[str, Any] | None,
+        scope: Sequence[str] = (),
+        op: str = "add",
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record an item the session store accepted (``op="add"``), or a removal.
+
+        ``op="pop"`` records that the last item was removed (``item`` = what was
+        popped); ``op="clear"`` that the session was cleared (``item`` None).
+
+        Raises:
+            UsageError: if ``op`` is unknown.
+        """
+        if op not in SESSION_OPS:
+            raise UsageError(f"session op must be one of {SESSION_OPS}, not {op!r}")
+        item_type = call_id = None
+        item_digest = output_digest = args_digest = None
+        if item is not None:
+            item_type = item.get("type") or ("message" if "role" in item else None)
+            call_id = item.get("call_id")
+            item_digest = self._put(item_bytes(item))
+            if item_type == "function_call_output" and "output" in item:
+                try:
+                    output_digest = self._put(digests.output_bytes(item["output"]))
+                except ValueError:
+                    output_digest = None
+            if item_type == "function_call" and isinstance(item.get("arguments"), str):
+                args_digest = digests.arguments_digest(item["arguments"]).digest
+        body = {
+            "run_id": run_id, "scope": list(scope), "session_id": session_id, "op": op,
+            "item_type": item_type, "call_id": call_id, "item_digest": item_digest,
+            "output_digest": output_digest, "args_digest": args_digest,
+        }
+        refs = self._call_refs(run_id, None, call_id) if isinstance(call_id, str) else []
+        return self.append("session_item", body, refs, time_ns)
+
+    def guardrail(
+        self,
+        *,
+        run_id: str,
+        call_id: str,
+        guardrail: str,
+        message: str | None = None,
+        scope: Sequence[str] = (),
+        agent: str | None = None,
+        tool: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record that a tool guardrail blocked a call (its ``message`` replaces the output)."""
+        body = {
+            "run_id": run_id, "scope": list(scope), "call_id": call_id, "guardrail": guardrail,
+            "message_digest": self._put(digests.output_bytes(message)) if message else None,
+            "agent": agent, "tool": tool,
+        }
+        return self.append("guardrail", body, self._call_refs(run_id, scope, call_id), time_ns)
+
+    def run_end(
+        self, *, run_id: str, status: str, scope: Sequence[str] = (), time_ns: int | None = None
+    ) -> bytes:
+        """Record the end of a run (or of one leg of it): completed, interrupted or failed.
+
+        Raises:
+            UsageError: if ``status`` is unknown.
+        """
+        if status not in RUN_STATUSES:
+            raise UsageError(f"run status must be one of {RUN_STATUSES}, not {status!r}")
+        body = {"run_id": run_id, "scope": list(scope), "status": status}
+        return self.append("run_end", body, [], time_ns)
+
+    def ingest_marker(
+        self, *, file_sha256: bytes, lines: int, name: str, time_ns: int | None = None
+    ) -> bytes:
+        """Record that a JSONL file (32-byte SHA-256, ``lines`` lines) was ingested."""
+        body = {"file_sha256": file_sha256, "lines": lines, "name": name}
+        return self.append("ingest", body, [], time_ns)

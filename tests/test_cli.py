@@ -1,0 +1,105 @@
+"""The CLI: exit codes, one-line errors, ingest is all-or-nothing."""
+
+import json
+
+import pytest
+
+from ledger.log import Ledger
+from tests.helpers import DATA, run_cli
+
+VALID = DATA / "rules" / "valid.jsonl"
+
+
+def _size(ledger):
+    return sum(1 for _ in Ledger(ledger).entries()) if Ledger(ledger).store.exists() else 0
+
+
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        ('{"kind":"call","agent":"a"}', "'tool' is a required property"),
+        ('{"kind":"teleport"}', "kind"),
+        ('{"kind":"run_end","status":"done"}', "status"),
+        ('{"kind":"run_end","status":"completed","status":"failed"}', "duplicate key"),
+        ('{"kind":"run_end","status":"completed","time":NaN}', "NaN"),
+        ("[1, 2]", "is not of type 'object'"),
+        ("not json at all", "not a JSON object"),
+        ('{"kind":"run_end","status":"completed","bogus":1}', "bogus"),
+    ],
+)
+def test_a_bad_line_rejects_the_whole_file(tmp_path, bad_line, message):
+    lines = VALID.read_text().splitlines()
+    lines.insert(3, bad_line)
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = run_cli("ingest", str(path), "--ledger", str(tmp_path / "l"))
+    assert result.code == 2
+    assert result.err.count("\n") == 1 and "line 4" in result.err and message in result.err
+    assert _size(tmp_path / "l") == 0
+
+
+def test_non_utf8_line_rejected_with_its_number(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"kind":"run_end","status":"completed"}\n{"kind":"\xff"}\n')
+    result = run_cli("ingest", str(path), "--ledger", str(tmp_path / "l"))
+    assert result.code == 2 and "line 2: not UTF-8" in result.err
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n"])
+def test_empty_file_is_bad_input(tmp_path, content):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(content)
+    assert run_cli("ingest", str(path), "--ledger", str(tmp_path / "l")).code == 2
+
+
+def test_reingest_refused_unless_again(tmp_path):
+    ledger = str(tmp_path)
+    assert run_cli("ingest", str(VALID), "--ledger", ledger).code == 0
+    again = run_cli("ingest", str(VALID), "--ledger", ledger)
+    assert again.code == 2 and "--again" in again.err
+    assert _size(tmp_path) == 25
+    result = run_cli("ingest", str(VALID), "--ledger", ledger, "--again", "--json")
+    assert result.code == 0 and json.loads(result.out)["first_seq"] == 25
+
+
+def test_ledger_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVIDENCE_LEDGER", str(tmp_path / "env-ledger"))
+    assert run_cli("ingest", str(VALID)).code == 0
+    assert run_cli("verify").code == 0
+    assert _size(tmp_path / "env-ledger") == 25
+
+
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["verify", "--bogus"], 2),
+        (["verify", "--ledger", "/nonexistent/ledger"], 2),
+        (["ingest", "/nonexistent/events.jsonl"], 2),
+        (["trace"], 2),
+        (["log", "--limit", "0"], 2),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(tmp_path, args, code):
+    result = run_cli(*args)
+    assert result.code == code
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+
+
+def test_verbose_adds_the_traceback():
+    result = run_cli("verify", "--ledger", "/nonexistent/ledger", "--verbose")
+    assert result.code == 2 and "Traceback" in result.err
+
+
+def test_log_filters_and_trace(tmp_path):
+    assert run_cli("ingest", str(VALID), "--ledger", str(tmp_path)).code == 0
+    rows = json.loads(run_cli("log", "--ledger", str(tmp_path), "--kind", "decision", "--json").out)
+    assert [r["body"]["call_id"] for r in rows] == ["c1", "c2", "c4", "n1"]
+    assert rows[0]["hash"].startswith("sha256:") and len(rows[0]["hash"]) == 71
+    last = json.loads(run_cli("log", "--ledger", str(tmp_path), "--limit", "1", "--json").out)
+    assert [r["seq"] for r in last] == [24]
+    trace = run_cli("trace", "c1", "--ledger", str(tmp_path), "--json")
+    kinds = [e["kind"] for e in json.loads(trace.out)["entries"]]
+    assert kinds == ["call", "decision", "execution", "session_item", "session_item"]
+    text = run_cli("trace", "c2", "--ledger", str(tmp_path)).out
+    assert "reject by bob@example.com" in text
+    assert run_cli("trace", "nope", "--ledger", str(tmp_path)).code == 2

@@ -1,0 +1,79 @@
+"""Each rule: an ingested JSONL that breaks only that rule is reported by that name."""
+
+import json
+
+import jsonschema
+import pytest
+
+from ledger import schemas
+from tests.helpers import DATA, run_cli
+
+RULE_FILES = sorted(p.stem for p in (DATA / "rules").glob("*.jsonl") if p.stem != "valid")
+EXPECTED = {
+    "tool_linkage": [(2, "c-update")],
+    "output_provenance": [(3, "c1")],
+    "execution_provenance": [(0, "ghost")],
+    "approval_binding": [(2, "c1"), (4, "c2")],
+    "rejection_respected": [(5, "c2")],
+    "argument_integrity": [(1, "c1")],
+    "exactly_once": [(2, "c1")],
+    "approved_not_executed": [(3, "n1")],
+}
+
+
+def _verify_json(ledger):
+    result = run_cli("verify", "--ledger", str(ledger), "--json")
+    report = json.loads(result.out)
+    jsonschema.validate(report, schemas.load("verify-report"))
+    return result.code, report
+
+
+def test_every_rule_has_a_breaking_file():
+    assert set(RULE_FILES) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("rule", RULE_FILES)
+def test_file_breaking_one_rule_is_reported_by_that_rule_only(tmp_path, rule):
+    assert run_cli("ingest", str(DATA / "rules" / f"{rule}.jsonl"), "--ledger", str(tmp_path)).code == 0
+    code, report = _verify_json(tmp_path)
+    assert code == 1
+    assert not report["ok"]
+    assert [(v["rule"], v["seq"], v["call_id"]) for v in report["violations"]] == [
+        (rule, seq, call_id) for seq, call_id in EXPECTED[rule]
+    ]
+    assert rule in report["rules"]
+
+
+def test_valid_file_passes(tmp_path):
+    assert run_cli("ingest", str(DATA / "rules" / "valid.jsonl"), "--ledger", str(tmp_path)).code == 0
+    code, report = _verify_json(tmp_path)
+    assert (code, report["ok"], report["violations"]) == (0, True, [])
+    assert report["tree_size"] == 25  # 24 events + the ingest entry
+
+
+def test_nested_scope_is_part_of_the_identity(tmp_path):
+    events = DATA / "rules" / "approved_not_executed.jsonl"
+    # executing the same call_id at top level does not satisfy the nested approval
+    text = events.read_text().replace(
+        '{"kind":"run_end","run_id":"r1","status":"completed"}',
+        '{"kind":"call","run_id":"r1","agent":"top","tool":"wire","call_id":"n1",'
+        '"arguments":"{}"}\n'
+        '{"kind":"execution","run_id":"r1","call_id":"n1","arguments":"{}","result":"x"}\n'
+        '{"kind":"run_end","run_id":"r1","status":"completed"}',
+    )
+    path = tmp_path / "nested.jsonl"
+    path.write_text(text)
+    assert run_cli("ingest", str(path), "--ledger", str(tmp_path / "l")).code == 0
+    code, report = _verify_json(tmp_path / "l")
+    assert [(v["rule"], v["scope"]) for v in report["violations"]] == [
+        ("approved_not_executed", ["ask_expert:c9"])
+    ]
+
+
+def test_explicit_rejection_beats_sticky_approval(tmp_path):
+    # rejection_respected.jsonl: c1 approved with always=True, c2 explicitly rejected
+    assert run_cli(
+        "ingest", str(DATA / "rules" / "rejection_respected.jsonl"), "--ledger", str(tmp_path)
+    ).code == 0
+    _, report = _verify_json(tmp_path)
+    assert report["violations"][0]["detail"].startswith("executed after a rejection by bob")

@@ -1,0 +1,134 @@
+"""The append-only log: framing, atomic groups, torn tails, tampering, two writers."""
+
+import os
+
+import pytest
+
+from ledger.audit import verify_ledger
+from ledger.errors import EvidenceError
+from ledger.log import Ledger
+from ledger.store import LOG_NAME, TornTail
+from ledger.writer import EvidenceWriter
+from tests.helpers import DATA, run_cli
+
+
+def _ledger(tmp_path, entries=5):
+    writer = EvidenceWriter(tmp_path)
+    for i in range(entries):
+        writer.run_end(run_id=f"r{i}", status="completed")
+    return writer
+
+
+def test_entries_are_chained_and_contiguous(tmp_path):
+    _ledger(tmp_path)
+    entries = list(Ledger(tmp_path).entries())
+    assert [e.seq for e, _ in entries] == list(range(5))
+    assert all(entries[i + 1][0].prev == entries[i][1] for i in range(4))
+
+
+def test_two_writers_interleave_without_gaps(tmp_path):
+    a, b = EvidenceWriter(tmp_path), EvidenceWriter(tmp_path)
+    for i in range(6):
+        (a if i % 2 else b).run_end(run_id=f"r{i}", status="completed")
+    report = verify_ledger(Ledger(tmp_path))
+    assert report.ok and report.tree_size == 6
+
+
+def test_failed_group_appends_nothing(tmp_path):
+    writer = _ledger(tmp_path, 2)
+    with pytest.raises(RuntimeError), writer.atomic():
+        writer.run_end(run_id="x", status="completed")
+        raise RuntimeError("producer died mid-group")
+    assert verify_ledger(Ledger(tmp_path)).tree_size == 2
+    writer.run_end(run_id="y", status="completed")
+    assert [e.body["run_id"] for e, _ in Ledger(tmp_path).entries()] == ["r0", "r1", "y"]
+
+
+@pytest.mark.parametrize("cut", [1, 5, 11, 20])
+def test_torn_tail_is_a_notice_then_cut_back_and_kept(tmp_path, cut):
+    _ledger(tmp_path, 3)
+    log = tmp_path / LOG_NAME
+    good = log.read_bytes()
+    EvidenceWriter(tmp_path).run_end(run_id="torn", status="failed")
+    full = log.read_bytes()
+    log.write_bytes(full[: len(good) + cut])  # a crash part-way through the 4th frame
+
+    result = run_cli("verify", "--ledger", str(tmp_path))
+    assert result.code == 0, result.out
+    assert "torn tail" in result.out
+    assert log.read_bytes() == full[: len(good) + cut]  # readers never write
+
+    EvidenceWriter(tmp_path).run_end(run_id="next", status="completed")
+    assert [e.body["run_id"] for e, _ in Ledger(tmp_path).entries()] == ["r0", "r1", "r2", "next"]
+    kept = list((tmp_path / "torn").iterdir())
+    assert len(kept) == 1 and kept[0].read_bytes() == full[len(good) : len(good) + cut]
+    assert verify_ledger(Ledger(tmp_path)).ok
+
+
+def test_unfinished_group_is_torn_not_half_applied(tmp_path):
+    writer = _ledger(tmp_path, 1)
+    size_before = (tmp_path / LOG_NAME).stat().st_size
+    with writer.atomic():
+        for i in range(3):
+            writer.run_end(run_id=f"g{i}", status="completed")
+    data = (tmp_path / LOG_NAME).read_bytes()
+    # drop the group's last frame entirely: the first two frames say "more follows"
+    frames = list(Ledger(tmp_path).scan())
+    assert frames[1].offset == size_before
+    (tmp_path / LOG_NAME).write_bytes(data[: frames[-1].offset])
+    items = list(Ledger(tmp_path).scan())
+    assert isinstance(items[-1], TornTail) and items[-1].records == 2
+    assert verify_ledger(Ledger(tmp_path)).tree_size == 1
+
+
+def test_zero_filled_tail_is_torn(tmp_path):
+    _ledger(tmp_path, 2)
+    with open(tmp_path / LOG_NAME, "ab") as fh:
+        fh.write(bytes(64))
+    report = verify_ledger(Ledger(tmp_path))
+    assert report.ok and report.tree_size == 2 and "torn tail" in report.notices[0]
+
+
+def test_every_flipped_byte_is_an_integrity_violation_with_its_seq(tmp_path):
+    events = DATA / "rules" / "approval_binding.jsonl"
+    assert run_cli("ingest", str(events), "--ledger", str(tmp_path)).code == 0
+    log = tmp_path / LOG_NAME
+    original = log.read_bytes()
+    frames = [(r.offset, r.end, r.index) for r in Ledger(tmp_path).scan()]
+    for position in range(len(original)):
+        tampered = bytearray(original)
+        tampered[position] ^= 0x01
+        log.write_bytes(bytes(tampered))
+        report = verify_ledger(Ledger(tmp_path))
+        seq = next(index for start, end, index in frames if start <= position < end)
+        integrity = [v for v in report.violations if v.rule == "integrity"]
+        assert integrity and integrity[0].seq == seq, (position, report.violations)
+    log.write_bytes(original)
+    assert {v.rule for v in verify_ledger(Ledger(tmp_path)).violations} == {"approval_binding"}
+
+
+def test_writer_refuses_a_damaged_log(tmp_path):
+    _ledger(tmp_path, 3)
+    log = tmp_path / LOG_NAME
+    data = bytearray(log.read_bytes())
+    data[20] ^= 0xFF
+    log.write_bytes(bytes(data))
+    with pytest.raises(EvidenceError, match="damaged at seq 0"):
+        EvidenceWriter(tmp_path).run_end(run_id="x", status="completed")
+    assert log.read_bytes() == bytes(data)
+
+
+def test_changed_payload_is_an_integrity_violation(tmp_path):
+    assert run_cli("ingest", str(DATA / "rules" / "valid.jsonl"), "--ledger", str(tmp_path)).code == 0
+    payload = next(p for p in (tmp_path / "payloads").rglob("*") if p.is_file())
+    payload.write_bytes(payload.read_bytes() + b"!")
+    result = run_cli("verify", "--ledger", str(tmp_path), "--json")
+    assert result.code == 1 and '"integrity"' in result.out
+
+
+def test_missing_payload_is_a_notice(tmp_path):
+    assert run_cli("ingest", str(DATA / "rules" / "valid.jsonl"), "--ledger", str(tmp_path)).code == 0
+    payload = next(p for p in (tmp_path / "payloads").rglob("*") if p.is_file())
+    os.remove(payload)
+    report = verify_ledger(Ledger(tmp_path))
+    assert report.ok and any("missing" in n for n in report.notices)
