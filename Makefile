@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint matrix clean
+.PHONY: demo test test-fast lint reliability clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: lint
 ## test-fast: lint and the fast suite only
 test-fast: lint
 	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -m "not release_matrix"
+
+## reliability: SIGKILL 200 times, inject I/O faults, 4 concurrent writers; print the table
+reliability: $(STAMP)
+	$(BIN)/python -m benchmarks.reliability
 
 clean:
 	rm -rf $(VENV) .cache demo-out .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -18,13 +18,15 @@ import typer
 
 from ledger.audit import verify_ledger
 from ledger.chains import call_chains
+from ledger.digests import from_text
 from ledger.entries import entry_json
 from ledger.errors import LedgerError, UsageError
 from ledger.ingest import ingest_file
 from ledger.log import Ledger
+from ledger.redact import redact as redact_payload
 from ledger.writer import EvidenceWriter
 
-from . import output
+from . import output, query, sessions, tlog
 
 app = typer.Typer(
     name="evidence-ledger",
@@ -177,6 +179,22 @@ def trace(
 
 
 @app.command()
+def redact(
+    digest: Annotated[str, typer.Option("--digest", help="Payload digest, sha256:<hex>.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why it is erased (recorded).")],
+    ledger: LedgerOpt = None,
+    by: Annotated[str | None, typer.Option("--by", help="Who erases it (recorded).")] = None,
+) -> None:
+    """Erase one payload (arguments, output, item); every hash and proof still verifies."""
+    try:
+        payload = from_text(digest)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    erased = redact_payload(EvidenceWriter(Ledger(ledger)), payload, reason, by)
+    output.stdout.print(f"redacted {digest}" + ("" if erased else " (payload was already gone)"))
+
+
+@app.command()
 def demo(
     ledger: Annotated[
         Path, typer.Option("--ledger", help="Fresh ledger directory to record into.")
@@ -202,6 +220,10 @@ def demo(
     output.print_report(report)
     output.stdout.print(f"check it yourself: evidence-ledger verify --ledger {ledger}")
     raise typer.Exit(0 if report.ok else 1)
+
+
+for _commands in (tlog, query, sessions):
+    _commands.register(app)
 
 
 def _usage_error(exc: Exception) -> str | None:

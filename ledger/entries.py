@@ -99,6 +99,7 @@ BODY_FIELDS: dict[str, dict[str, Check]] = {
         "status": _one_of("completed", "interrupted", "failed"),
     },
     "ingest": {"file_sha256": _hash, "lines": _count, "name": _str},
+    "redaction": {"digest": _hash, "reason": _str, "by": _opt_str},
 }
 """Every kind's body fields and their checks (the JSON Schemas in ``schemas/entry-bodies/``
 describe the same fields; a test keeps the two in step)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import os
 import struct
 import time
@@ -149,6 +150,11 @@ def _scan(fh: BinaryIO, size: int, offset: int, index: int) -> Iterator[ScanItem
     end = group_start if pending else offset
     if end < size:
         yield TornTail(end, size - end, len(pending))
+
+
+def scan_bytes(data: bytes) -> Iterator[ScanItem]:
+    """Scan a whole log held in memory, as :meth:`FileLogStore.scan` scans the file."""
+    return _scan(io.BytesIO(data), len(data), 0, 0)
 
 
 class LogStore(Protocol):

@@ -84,6 +84,8 @@ def verify_records(
     prev = ZERO_HASH
     prev_broken = False
     known_calls: set[bytes] = set()
+    missing: dict[bytes, int] = {}  # payload digest -> first seq naming it
+    redacted: set[bytes] = set()
 
     def broken(seq: int | None, detail: str) -> None:
         integrity.append(Finding(INTEGRITY, seq, detail))
@@ -128,13 +130,21 @@ def verify_records(
                     if status is PayloadStatus.MISMATCH:
                         broken(seq, f"payload {name} does not match its digest")
                     elif status is PayloadStatus.MISSING:
-                        report.notices.append(f"seq {seq}: payload {name} is missing")
+                        missing.setdefault(digest, seq)
         if entry.kind == "call":
             known_calls.add(this_hash)
+        elif entry.kind == "redaction":
+            redacted.add(entry.body["digest"])
         prev, prev_broken = this_hash, damaged
         if not damaged:
             engine.feed(entry)
 
+    erased = [d for d in missing if d in redacted]
+    if erased:
+        report.notices.append(f"{len(erased)} payload(s) redacted (entries and proofs unaffected)")
+    for digest, seq in missing.items():
+        if digest not in redacted:
+            report.notices.append(f"seq {seq}: payload sha256:{digest.hex()} is missing")
     report.tree_size = tree.size
     report.root_hash = tree.root()
     report.violations = sorted(integrity + engine.findings, key=lambda f: (f.seq is None, f.seq))

@@ -380,6 +380,17 @@ class EvidenceWriter:
         body = {"run_id": run_id, "scope": list(scope), "status": status}
         return self.append("run_end", body, [], time_ns)
 
+    def redaction(
+        self, *, digest: bytes, reason: str, by: str | None = None, time_ns: int | None = None
+    ) -> bytes:
+        """Record that the payload with this 32-byte SHA-256 is erased, and why.
+
+        Append this before erasing the payload, so an erased payload always has its
+        entry (see :func:`ledger.redact.redact`).
+        """
+        body = {"digest": digest, "reason": reason, "by": by}
+        return self.append("redaction", body, [], time_ns)
+
     def ingest_marker(
         self, *, file_sha256: bytes, lines: int, name: str, time_ns: int | None = None
     ) -> bytes:

@@ -29,3 +29,9 @@ def run_cli(*args: str) -> CliResult:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def ingest(ledger: Path, name: str = "valid") -> None:
+    """Ingest ``tests/data/rules/<name>.jsonl`` into ``ledger`` and check it succeeded."""
+    result = run_cli("ingest", str(DATA / "rules" / f"{name}.jsonl"), "--ledger", str(ledger))
+    assert result.code == 0, result.err

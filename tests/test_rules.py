@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from ledger import schemas
-from tests.helpers import DATA, run_cli
+from tests.helpers import DATA, ingest, run_cli
 
 RULE_FILES = sorted(p.stem for p in (DATA / "rules").glob("*.jsonl") if p.stem != "valid")
 EXPECTED = {
@@ -34,7 +34,7 @@ def test_every_rule_has_a_breaking_file():
 
 @pytest.mark.parametrize("rule", RULE_FILES)
 def test_file_breaking_one_rule_is_reported_by_that_rule_only(tmp_path, rule):
-    assert run_cli("ingest", str(DATA / "rules" / f"{rule}.jsonl"), "--ledger", str(tmp_path)).code == 0
+    ingest(tmp_path, rule)
     code, report = _verify_json(tmp_path)
     assert code == 1
     assert not report["ok"]
@@ -45,7 +45,7 @@ def test_file_breaking_one_rule_is_reported_by_that_rule_only(tmp_path, rule):
 
 
 def test_valid_file_passes(tmp_path):
-    assert run_cli("ingest", str(DATA / "rules" / "valid.jsonl"), "--ledger", str(tmp_path)).code == 0
+    ingest(tmp_path)
     code, report = _verify_json(tmp_path)
     assert (code, report["ok"], report["violations"]) == (0, True, [])
     assert report["tree_size"] == 25  # 24 events + the ingest entry
@@ -64,7 +64,7 @@ def test_nested_scope_is_part_of_the_identity(tmp_path):
     path = tmp_path / "nested.jsonl"
     path.write_text(text)
     assert run_cli("ingest", str(path), "--ledger", str(tmp_path / "l")).code == 0
-    code, report = _verify_json(tmp_path / "l")
+    _, report = _verify_json(tmp_path / "l")
     assert [(v["rule"], v["scope"]) for v in report["violations"]] == [
         ("approved_not_executed", ["ask_expert:c9"])
     ]

@@ -9,7 +9,7 @@ from ledger.errors import EvidenceError
 from ledger.log import Ledger
 from ledger.store import LOG_NAME, TornTail
 from ledger.writer import EvidenceWriter
-from tests.helpers import DATA, run_cli
+from tests.helpers import ingest, run_cli
 
 
 def _ledger(tmp_path, entries=5):
@@ -90,8 +90,7 @@ def test_zero_filled_tail_is_torn(tmp_path):
 
 
 def test_every_flipped_byte_is_an_integrity_violation_with_its_seq(tmp_path):
-    events = DATA / "rules" / "approval_binding.jsonl"
-    assert run_cli("ingest", str(events), "--ledger", str(tmp_path)).code == 0
+    ingest(tmp_path, "approval_binding")
     log = tmp_path / LOG_NAME
     original = log.read_bytes()
     frames = [(r.offset, r.end, r.index) for r in Ledger(tmp_path).scan()]
@@ -119,7 +118,7 @@ def test_writer_refuses_a_damaged_log(tmp_path):
 
 
 def test_changed_payload_is_an_integrity_violation(tmp_path):
-    assert run_cli("ingest", str(DATA / "rules" / "valid.jsonl"), "--ledger", str(tmp_path)).code == 0
+    ingest(tmp_path)
     payload = next(p for p in (tmp_path / "payloads").rglob("*") if p.is_file())
     payload.write_bytes(payload.read_bytes() + b"!")
     result = run_cli("verify", "--ledger", str(tmp_path), "--json")
@@ -127,7 +126,7 @@ def test_changed_payload_is_an_integrity_violation(tmp_path):
 
 
 def test_missing_payload_is_a_notice(tmp_path):
-    assert run_cli("ingest", str(DATA / "rules" / "valid.jsonl"), "--ledger", str(tmp_path)).code == 0
+    ingest(tmp_path)
     payload = next(p for p in (tmp_path / "payloads").rglob("*") if p.is_file())
     os.remove(payload)
     report = verify_ledger(Ledger(tmp_path))

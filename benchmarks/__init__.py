@@ -1,0 +1,1 @@
+"""Benchmarks and the reliability harness (not part of the package)."""

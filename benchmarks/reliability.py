@@ -1,0 +1,234 @@
+"""Reliability harness: crash, fault, concurrency and tamper trials against a real ledger.
+
+``make reliability`` runs every trial at full size and prints one results table; the
+tests in ``tests/test_reliability.py`` run the same trials at the sizes the issue asks
+for in ``make test``. Each trial returns a :class:`Trial` row.
+
+Usage: python -m benchmarks.reliability [--kills N] [--writers N] [--per-writer N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+from ledger.audit import verify_ledger
+from ledger.errors import StorageError
+from ledger.log import Ledger
+from ledger.writer import EvidenceWriter
+
+_WRITER_SCRIPT = """
+import random, sys
+from ledger.writer import EvidenceWriter
+writer = EvidenceWriter(sys.argv[1])
+rng = random.Random(int(sys.argv[2]))
+while True:
+    with writer.atomic():
+        for _ in range(rng.randint(1, 8)):
+            h = writer.call(run_id="crash", call_id=f"c{rng.random()}", agent="a", tool="t",
+                            arguments='{"blob": "%s"}' % ("x" * rng.randint(0, 4000)))
+    print(writer.size - 1, h.hex(), flush=True)
+"""
+
+
+@dataclass
+class Trial:
+    """One row of the results table.
+
+    Attributes:
+        name: what was tried.
+        load: the load held (entries, processes).
+        attempts: faults injected, kill points or inputs tried.
+        lost: acknowledged entries lost or changed (must be 0).
+        failures: other failed checks (must be 0), with ``detail`` naming the first.
+    """
+
+    name: str
+    load: str
+    attempts: int
+    lost: int = 0
+    failures: int = 0
+    detail: str = ""
+
+
+def kill_trial(directory: Path, kills: int, seed: int = 1) -> Trial:
+    """SIGKILL a writer process at ``kills`` random moments; check acknowledged entries.
+
+    After each kill: every acknowledged (seq, entry hash) is present and unchanged,
+    ``verify`` passes (a torn tail is only a notice), and the next writer cuts the tail.
+    """
+    rng = random.Random(seed)
+    acknowledged: dict[int, str] = {}
+    trial = Trial("SIGKILL mid-append", "1 writer, groups of 1-8 entries", kills)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for kill in range(kills):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER_SCRIPT, str(directory), str(seed * 1000 + kill)],
+            stdout=subprocess.PIPE, text=True, env=env,
+        )
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # the writer is up and appending
+        if first:
+            seq, hash_hex = first.split()
+            acknowledged[int(seq)] = hash_hex
+        deadline = time.monotonic() + rng.uniform(0.0, 0.1)
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seq, hash_hex = line.split()
+            acknowledged[int(seq)] = hash_hex
+        os.kill(proc.pid, signal.SIGKILL)
+        for line in proc.stdout:  # acknowledged before the kill landed
+            seq, hash_hex = line.split()
+            acknowledged[int(seq)] = hash_hex
+        proc.wait()
+        present = {e.seq: h.hex() for e, h in Ledger(directory).entries()}
+        trial.lost += sum(1 for s, h in acknowledged.items() if present.get(s) != h)
+        report = verify_ledger(Ledger(directory))
+        if not report.ok:
+            trial.failures += 1
+            trial.detail = trial.detail or f"kill {kill}: {report.violations[0].detail}"
+    trial.load = f"{len(acknowledged)} entries acknowledged, " + trial.load
+    return trial
+
+
+@contextmanager
+def _fault(target: str, effect: Callable[..., object]) -> Iterator[None]:
+    with mock.patch(target, side_effect=effect):
+        yield
+
+
+def _raise(code: int) -> Callable[..., object]:
+    def effect(*_args: object, **_kwargs: object) -> object:
+        raise OSError(code, os.strerror(code))
+
+    return effect
+
+
+def fault_trial(directory: Path, rounds: int = 10) -> Trial:
+    """Inject a short write, a failed fsync and ENOSPC into each write step.
+
+    Each injected fault must surface as :class:`StorageError`, append nothing, and leave
+    the ledger verifiable and writable.
+    """
+    real_write = os.write
+    faults: list[tuple[str, str, Callable[..., object]]] = [
+        ("short write of the log", "ledger.store.os.write", lambda fd, data: _partial(fd, data)),
+        ("failed fsync of the log", "ledger.store.os.fsync", _raise(errno.EIO)),
+        ("ENOSPC writing the log", "ledger.store.os.write", _raise(errno.ENOSPC)),
+        ("failed fsync of a payload", "ledger.payloads.os.fsync", _raise(errno.EIO)),
+        ("ENOSPC renaming a payload", "ledger.payloads.os.replace", _raise(errno.ENOSPC)),
+    ]
+
+    def _partial(fd: int, data: bytes) -> int:
+        real_write(fd, data[: max(1, len(data) // 2)])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    writer = EvidenceWriter(directory)
+    trial = Trial("injected I/O faults", "5 write steps", 0)
+    for round_ in range(rounds):
+        for name, target, effect in faults:
+            trial.attempts += 1
+            before = [h for _, h in Ledger(directory).entries()]
+            try:
+                with _fault(target, effect):
+                    writer.call(run_id="f", call_id=f"{name}-{round_}", agent="a", tool="t",
+                                arguments=json.dumps({"fault": name, "round": round_}))
+                trial.failures += 1
+                trial.detail = trial.detail or f"{name}: no error raised"
+            except StorageError:
+                pass
+            after = [h for _, h in Ledger(directory).entries()]
+            trial.lost += sum(1 for a, b in zip(before, after, strict=False) if a != b)
+            if after != before or not verify_ledger(Ledger(directory)).ok:
+                trial.failures += 1
+                trial.detail = trial.detail or f"{name}: ledger changed or fails verify"
+            writer.run_end(run_id="f", status="completed")  # still writable
+    return trial
+
+
+def _append_many(directory: str, worker: int, count: int, group: int) -> None:
+    writer = EvidenceWriter(directory, lock_timeout=120)
+    done = 0
+    while done < count:
+        with writer.atomic():
+            for _ in range(min(group, count - done)):
+                writer.run_end(run_id=f"w{worker}-{done}", status="completed")
+                done += 1
+
+
+def concurrency_trial(directory: Path, writers: int, per_writer: int, group: int = 25) -> Trial:
+    """``writers`` processes append ``per_writer`` entries each to one ledger at once.
+
+    Checks: exactly writers * per_writer entries, contiguous seq, valid chain and tree,
+    every writer's entries present in its own order.
+    """
+    procs = [
+        multiprocessing.get_context("spawn").Process(
+            target=_append_many, args=(str(directory), w, per_writer, group)
+        )
+        for w in range(writers)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    trial = Trial("concurrent writers", f"{writers} processes x {per_writer} entries",
+                  writers * per_writer)
+    report = verify_ledger(Ledger(directory))
+    names = [e.body["run_id"] for e, _ in Ledger(directory).entries()]
+    expected = {f"w{w}-{i}" for w in range(writers) for i in range(per_writer)}
+    trial.lost = len(expected - set(names))
+    for w in range(writers):
+        mine = [n for n in names if n.startswith(f"w{w}-")]
+        if mine != [f"w{w}-{i}" for i in range(per_writer)]:
+            trial.failures += 1
+            trial.detail = trial.detail or f"writer {w}: entries out of order"
+    if not report.ok or report.tree_size != writers * per_writer or any(p.exitcode for p in procs):
+        trial.failures += 1
+        trial.detail = trial.detail or f"tree size {report.tree_size}, ok={report.ok}"
+    return trial
+
+
+def print_table(trials: list[Trial]) -> None:
+    """Print the results table (markdown, so it can be pasted into README)."""
+    print("| trial | load held | attempts | entries lost | other failures |")
+    print("|---|---|---|---|---|")
+    for t in trials:
+        extra = f" ({t.detail})" if t.detail else ""
+        print(f"| {t.name} | {t.load} | {t.attempts} | {t.lost} | {t.failures}{extra} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every trial at full size; exit 1 if anything was lost or failed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=200)
+    parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--per-writer", type=int, default=2500)
+    args = parser.parse_args(argv)
+    trials = []
+    with tempfile.TemporaryDirectory() as tmp:
+        trials.append(kill_trial(Path(tmp) / "kill", args.kills))
+        trials.append(fault_trial(Path(tmp) / "fault"))
+        trials.append(concurrency_trial(Path(tmp) / "conc", args.writers, args.per_writer))
+    print_table(trials)
+    return 1 if any(t.lost or t.failures for t in trials) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Redaction erases a payload; hashes, root and rules are untouched."""
+
+import json
+
+from ledger.log import Ledger
+from tests.helpers import ingest, run_cli
+
+
+def _ingested(tmp_path):
+    ingest(tmp_path)
+    return json.loads(run_cli("verify", "--ledger", str(tmp_path), "--json").out)
+
+
+def test_redaction_keeps_every_hash_and_reports_a_notice(tmp_path):
+    before = _ingested(tmp_path)
+    call = json.loads(run_cli("log", "--ledger", str(tmp_path), "--kind", "call", "--json").out)[0]
+    digest = call["body"]["args_payload"]
+    result = run_cli("redact", "--ledger", str(tmp_path), "--digest", digest,
+                     "--reason", "GDPR erasure request 42", "--by", "dpo@example.com")
+    assert result.code == 0, result.err
+    assert Ledger(tmp_path).payloads.get(bytes.fromhex(digest[7:])) is None
+    after = json.loads(run_cli("verify", "--ledger", str(tmp_path), "--json").out)
+    assert after["ok"] and after["violations"] == []
+    assert after["tree_size"] == before["tree_size"] + 1
+    assert any("redacted" in n for n in after["notices"])
+    assert not any("missing" in n for n in after["notices"])
+    # the entries before the redaction are byte-identical: same leading hashes
+    entries = json.loads(run_cli("log", "--ledger", str(tmp_path), "--json").out)
+    assert entries[0]["hash"] == call["hash"]
+    assert entries[-1]["kind"] == "redaction" and entries[-1]["body"]["by"] == "dpo@example.com"
+
+
+def test_redacting_an_unknown_digest_is_bad_usage(tmp_path):
+    _ingested(tmp_path)
+    result = run_cli("redact", "--ledger", str(tmp_path), "--digest", "sha256:" + "0" * 64,
+                     "--reason", "x")
+    assert result.code == 2 and "no entry names" in result.err
+    bad = run_cli("redact", "--ledger", str(tmp_path), "--digest", "abc", "--reason", "x")
+    assert bad.code == 2
+
+
+def test_redaction_again_finishes_an_interrupted_one(tmp_path):
+    _ingested(tmp_path)
+    call = json.loads(run_cli("log", "--ledger", str(tmp_path), "--kind", "call", "--json").out)[0]
+    digest = call["body"]["args_payload"]
+    args = ("redact", "--ledger", str(tmp_path), "--digest", digest, "--reason", "r")
+    assert run_cli(*args).code == 0
+    again = run_cli(*args)
+    assert again.code == 0 and "already gone" in again.out
