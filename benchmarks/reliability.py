@@ -131,7 +131,7 @@ def fault_trial(directory: Path, rounds: int = 10) -> Trial:
         ("short write of the log", "ledger.store.os.write", lambda fd, data: _partial(fd, data)),
         ("failed fsync of the log", "ledger.store.os.fsync", _raise(errno.EIO)),
         ("ENOSPC writing the log", "ledger.store.os.write", _raise(errno.ENOSPC)),
-        ("failed fsync of a payload", "ledger.payloads.os.fsync", _raise(errno.EIO)),
+        ("failed sync of the payloads", "ledger.payloads._syncfs", _raise(errno.EIO)),
         ("ENOSPC renaming a payload", "ledger.payloads.os.replace", _raise(errno.ENOSPC)),
     ]
 

@@ -14,6 +14,7 @@ Rules (see FORMAT.md):
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgpack
@@ -23,28 +24,39 @@ from .errors import EncodingError
 MAX_DEPTH = 32
 """Deepest nesting of maps and arrays allowed inside one entry."""
 
-_packer_options = {"use_bin_type": True, "autoreset": True}
+@functools.lru_cache(maxsize=8192)
+def _key_bytes(key: str) -> bytes:
+    return msgpack.packb(key, use_bin_type=True)
+
+
+_PLAIN = (type(None), bool, str, bytes)
 
 
 def _canonical(value: Any, depth: int) -> Any:
-    if depth > MAX_DEPTH:
-        raise EncodingError(f"nesting deeper than {MAX_DEPTH} levels")
-    if value is None or isinstance(value, (bool, str, bytes)):
+    kind = type(value)
+    if kind in _PLAIN:
         return value
-    if isinstance(value, int):
+    if kind is int:
         if not -(2**63) <= value < 2**64:
             raise EncodingError(f"integer {value} does not fit in 64 bits")
         return value
+    if depth >= MAX_DEPTH:
+        raise EncodingError(f"nesting deeper than {MAX_DEPTH} levels")
+    if kind is dict:
+        try:
+            keys = sorted(value, key=_key_bytes)
+        except TypeError as exc:
+            raise EncodingError(f"a map key is not a string: {exc}") from exc
+        if not all(type(k) is str for k in keys):
+            raise EncodingError("map keys must be strings")
+        return {k: _canonical(value[k], depth + 1) for k in keys}
+    if kind is list or kind is tuple:
+        return [_canonical(item, depth + 1) for item in value]
     if isinstance(value, float):
         raise EncodingError("floats are not allowed in entries")
-    if isinstance(value, (list, tuple)):
-        return [_canonical(item, depth + 1) for item in value]
-    if isinstance(value, dict):
-        for key in value:
-            if not isinstance(key, str):
-                raise EncodingError(f"map key {key!r} is not a string")
-        ordered = sorted(value.items(), key=lambda kv: msgpack.packb(kv[0], use_bin_type=True))
-        return {k: _canonical(v, depth + 1) for k, v in ordered}
+    if isinstance(value, (bool, int, str, bytes, dict, list, tuple)):  # subclasses
+        base = next(t for t in (bool, int, str, bytes, dict, list) if isinstance(value, t))
+        return _canonical(base(value), depth)
     raise EncodingError(f"type {type(value).__name__} cannot be encoded")
 
 
@@ -57,33 +69,71 @@ def encode(value: Any) -> bytes:
         EncodingError: for floats, non-str keys, integers outside 64 bits, unknown types,
             or nesting deeper than :data:`MAX_DEPTH`.
     """
-    return msgpack.packb(_canonical(value, 0), **_packer_options)
+    return msgpack.packb(_canonical(value, 0), use_bin_type=True)
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
     raise EncodingError(f"extension type {code} is not allowed")
 
 
-def decode(data: bytes) -> Any:
+def _sorted_pairs(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
+    previous = b""
+    for key, _ in pairs:
+        if type(key) is not str:
+            raise EncodingError(f"map key {key!r} is not a string")
+        encoded = _key_bytes(key)
+        if encoded <= previous:
+            raise EncodingError("map keys are not in canonical order (or repeat)")
+        previous = encoded
+    return dict(pairs)
+
+
+def _has_float(value: Any) -> bool:
+    if type(value) is float:
+        return True
+    if type(value) is dict:
+        return any(_has_float(v) for v in value.values())
+    if type(value) is list:
+        return any(_has_float(v) for v in value)
+    return False
+
+
+def decode(data: bytes, *, typed: bool = False) -> Any:
     """Decode canonical MessagePack ``data`` and prove it is canonical.
+
+    Map keys are checked for canonical order while parsing; the value is then re-encoded
+    and compared byte for byte (which catches long integer and string forms).
 
     Raises:
         EncodingError: if the bytes are not one complete MessagePack value, hold a float
-            or extension type, invalid UTF-8, or are not the canonical encoding of the
-            value they hold.
+            or extension type, invalid UTF-8, nesting deeper than msgpack's own limit, or
+            are not the canonical encoding of the value they hold. (Entry bodies are
+            further held to their typed fields by :func:`ledger.entries.check_body`.)
+
+    Args:
+        typed: the caller checks every value's type itself (as entry decoding does), so
+            the walk that looks for floats is skipped.
     """
     try:
         value = msgpack.unpackb(
             data,
             raw=False,
-            strict_map_key=True,
+            strict_map_key=False,
             use_list=True,
+            object_pairs_hook=_sorted_pairs,
             ext_hook=_refuse_ext,
         )
     except EncodingError:
         raise
     except Exception as exc:  # msgpack raises several unrelated types on bad input
         raise EncodingError(f"not a MessagePack value: {exc}") from exc
-    if encode(value) != data:
+    if not typed and (b"\xca" in data or b"\xcb" in data) and _has_float(value):
+        raise EncodingError("floats are not allowed in entries")
+    try:
+        again = msgpack.packb(value, use_bin_type=True)
+    except (ValueError, OverflowError) as exc:  # e.g. nesting beyond msgpack's limit
+        raise EncodingError(f"cannot re-encode: {exc}") from exc
+    if again != data:
         raise EncodingError("not the canonical encoding of its value")
     return value
+

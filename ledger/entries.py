@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import encoding
 from .errors import EncodingError
@@ -99,6 +98,11 @@ BODY_FIELDS: dict[str, dict[str, Check]] = {
         "status": _one_of("completed", "interrupted", "failed"),
     },
     "ingest": {"file_sha256": _hash, "lines": _count, "name": _str},
+    "session_repair": {
+        **_CALL_ID, "repair_id": _str, "session_id": _str, "store": _str, "backup": _opt_str,
+        "tool": _str, "args_digest": _hash, "item_digest": _hash, "position": _count,
+        "history_digest": _opt_hash, "by": _str,
+    },
     "redaction": {"digest": _hash, "reason": _str, "by": _opt_str},
 }
 """Every kind's body fields and their checks (the JSON Schemas in ``schemas/entry-bodies/``
@@ -107,14 +111,16 @@ describe the same fields; a test keeps the two in step)."""
 KINDS = tuple(BODY_FIELDS)
 """Entry kinds this format version defines."""
 
-PAYLOAD_FIELDS = ("args_payload", "result_digest", "message_digest", "item_digest", "output_digest")
+PAYLOAD_FIELDS = (
+    "args_payload", "result_digest", "message_digest", "item_digest", "output_digest",
+    "history_digest",
+)
 """Body fields that name a payload in the payload store by its SHA-256."""
 
 _FIELDS = frozenset({"v", "seq", "prev", "kind", "time", "refs", "body"})
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One decoded entry.
 
     Attributes:
@@ -131,7 +137,7 @@ class Entry:
     kind: str
     time: int
     body: dict[str, Any]
-    refs: tuple[bytes, ...] = field(default=())
+    refs: tuple[bytes, ...] = ()
 
     def to_bytes(self) -> bytes:
         """Canonical bytes of this entry.
@@ -185,18 +191,24 @@ def _expect(cond: bool, message: str) -> None:
         raise EncodingError(message)
 
 
+_BODY_KEYS = {kind: frozenset(fields) for kind, fields in BODY_FIELDS.items()}
+_BODY_CHECKS = {kind: tuple(fields.items()) for kind, fields in BODY_FIELDS.items()}
+
+
 def check_body(kind: str, body: dict[str, Any]) -> None:
     """Check that ``body`` has exactly the fields of ``kind``, each of the right type.
 
     Raises:
         EncodingError: naming the first field that is missing, extra or wrong.
     """
-    fields = BODY_FIELDS.get(kind)
-    _expect(fields is not None, f"unknown kind {kind!r}")
-    assert fields is not None
-    _expect(set(body) == set(fields), f"{kind} body fields {sorted(body)} != {sorted(fields)}")
-    for name, check in fields.items():
-        _expect(check(body[name]), f"{kind} body field {name!r} has a bad value")
+    keys = _BODY_KEYS.get(kind)
+    if keys is None:
+        raise EncodingError(f"unknown kind {kind!r}")
+    if body.keys() != keys:
+        raise EncodingError(f"{kind} body fields {sorted(body)} != {sorted(keys)}")
+    for name, check in _BODY_CHECKS[kind]:
+        if not check(body[name]):
+            raise EncodingError(f"{kind} body field {name!r} has a bad value")
 
 
 def decode_entry(data: bytes) -> Entry:
@@ -206,19 +218,17 @@ def decode_entry(data: bytes) -> Entry:
         EncodingError: if the bytes are not canonical MessagePack, or the map lacks a
             field, has an unknown one, or a field has the wrong type or length.
     """
-    value = encoding.decode(data)
-    _expect(isinstance(value, dict), "entry is not a map")
-    _expect(set(value) == _FIELDS, f"entry fields {sorted(value)} != {sorted(_FIELDS)}")
-    _expect(value["v"] == FORMAT_VERSION, f"unknown format version {value['v']!r}")
+    value = encoding.decode(data, typed=True)
+    if type(value) is not dict or value.keys() != _FIELDS:
+        raise EncodingError("entry is not a map of exactly v, seq, prev, kind, time, refs, body")
     seq, prev, kind, time, refs, body = (
         value["seq"], value["prev"], value["kind"], value["time"], value["refs"], value["body"]
     )
-    _expect(isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0, "bad seq")
-    _expect(isinstance(prev, bytes) and len(prev) == 32, "prev is not 32 bytes")
-    _expect(isinstance(kind, str) and kind in KINDS, f"unknown kind {kind!r}")
-    _expect(isinstance(time, int) and not isinstance(time, bool) and time >= 0, "bad time")
-    _expect(isinstance(refs, list), "refs is not a list")
-    _expect(all(isinstance(r, bytes) and len(r) == 32 for r in refs), "a ref is not 32 bytes")
-    _expect(isinstance(body, dict), "body is not a map")
+    _expect(value["v"] == FORMAT_VERSION and type(value["v"]) is int, "unknown format version")
+    _expect(type(seq) is int and seq >= 0, "bad seq")
+    _expect(type(prev) is bytes and len(prev) == 32, "prev is not 32 bytes")
+    _expect(type(time) is int and time >= 0, "bad time")
+    _expect(type(refs) is list and all(_hash(r) for r in refs), "a ref is not 32 bytes")
+    _expect(type(body) is dict and type(kind) is str, "bad kind or body")
     check_body(kind, body)
-    return Entry(seq=seq, prev=prev, kind=kind, time=time, body=body, refs=tuple(refs))
+    return Entry(seq, prev, kind, time, body, tuple(refs))

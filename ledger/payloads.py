@@ -4,13 +4,18 @@ Arguments, results and session items live here as files named by the SHA-256 of 
 bytes (``payloads/<first 2 hex>/<64 hex>``); entries hold only those digests, so a
 payload can later be erased (redacted) without changing a single entry hash.
 
-A payload is written to a temporary file, fsynced, renamed into place; the directories
-touched are fsynced by :meth:`PayloadStore.sync` before the entries that name the
-payloads are appended, so an acknowledged entry never points at a lost payload.
+A payload is written to a temporary file and renamed into place; :meth:`PayloadStore.sync`
+makes every payload written since the last sync durable (one ``syncfs(2)`` of the payload
+file system on Linux, else an ``fsync`` of each file and directory) before the entries
+that name the payloads are appended, so an acknowledged entry never points at a lost
+payload, and a group of entries costs one payload sync, not one per file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import hashlib
 import os
 from pathlib import Path
@@ -19,6 +24,36 @@ from .errors import StorageError
 from .findings import PayloadStatus
 
 PAYLOAD_DIR = "payloads"
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_HAS_SYNCFS = hasattr(_libc, "syncfs")
+
+
+def _syncfs(path: str) -> bool:
+    """``syncfs(2)`` the file system holding ``path``; False where it does not exist.
+
+    Raises:
+        OSError: if the call fails.
+    """
+    if not _HAS_SYNCFS:
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _libc.syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+    finally:
+        os.close(fd)
+    return True
 
 
 class PayloadStore:
@@ -30,12 +65,16 @@ class PayloadStore:
 
     def __init__(self, directory: Path) -> None:
         self.root = Path(directory) / PAYLOAD_DIR
-        self._dirty: set[Path] = set()
+        self._root = str(self.root)
+        self._dirty: set[str] = set()  # files written or reused since the last sync
 
     def path_for(self, digest: bytes) -> Path:
         """Path of the payload with this 32-byte SHA-256 digest."""
+        return Path(self._path(digest))
+
+    def _path(self, digest: bytes) -> str:
         hexd = digest.hex()
-        return self.root / hexd[:2] / hexd
+        return f"{self._root}/{hexd[:2]}/{hexd}"
 
     def put(self, data: bytes) -> bytes:
         """Store ``data`` (bytes) and return its 32-byte SHA-256 digest.
@@ -46,45 +85,49 @@ class PayloadStore:
             StorageError: if the file cannot be written and synced.
         """
         digest = hashlib.sha256(data).digest()
-        target = self.path_for(digest)
-        if target.exists():
+        target = self._path(digest)
+        self._dirty.add(target)  # even when it exists: an earlier writer may not have synced it
+        if os.path.exists(target):
             return digest
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp = f"{target}.{os.getpid()}.tmp"
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as fh:
+            try:
+                fh = open(tmp, "wb")  # noqa: SIM115 (closed below)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                fh = open(tmp, "wb")  # noqa: SIM115
+            with fh:
                 fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
             os.replace(tmp, target)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            self._dirty.discard(target)
             raise StorageError(f"cannot store payload {digest.hex()}: {exc}") from exc
-        self._dirty.add(target.parent)
         return digest
 
     def sync(self) -> None:
-        """fsync every directory a :meth:`put` created entries in since the last sync.
+        """Make every payload :meth:`put` since the last sync durable.
 
         Raises:
-            StorageError: if a directory cannot be synced.
+            StorageError: if the sync fails (the payloads are then not acknowledged).
         """
-        dirs = sorted(self._dirty) + ([self.root] if self._dirty else [])
+        if not self._dirty:
+            return
         try:
-            for path in dirs:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            if not _syncfs(self._root):
+                for path in sorted(self._dirty | {os.path.dirname(p) for p in self._dirty}):
+                    _fsync_path(path)
+                _fsync_path(self._root)
         except OSError as exc:
-            raise StorageError(f"cannot sync payload directory: {exc}") from exc
+            raise StorageError(f"cannot sync payloads: {exc}") from exc
         self._dirty.clear()
 
     def get(self, digest: bytes) -> bytes | None:
         """The payload bytes for ``digest``, or None when absent (never stored or erased)."""
         try:
-            return self.path_for(digest).read_bytes()
+            with open(self._path(digest), "rb") as fh:
+                return fh.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
 
