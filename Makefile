@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint reliability clean
+.PHONY: demo test test-fast lint reliability fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test-fast: lint
 ## reliability: SIGKILL 200 times, inject I/O faults, 4 concurrent writers; print the table
 reliability: $(STAMP)
 	$(BIN)/python -m benchmarks.reliability
+
+## fuzz: every parser fuzz test with 10^5 inputs each (make test runs 10^3)
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=100000 OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -m "not release_matrix" -k fuzz
 
 clean:
 	rm -rf $(VENV) .cache demo-out .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -8,11 +8,12 @@ not evidence. Errors print one line on stderr; ``--verbose`` adds the traceback.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -226,6 +227,12 @@ for _commands in (tlog, query, sessions):
     _commands.register(app)
 
 
+@functools.cache
+def _command() -> Any:
+    """The argument parser built from ``app`` (built once: it inspects every command)."""
+    return typer.main.get_command(app)
+
+
 def _usage_error(exc: Exception) -> str | None:
     """The message of an argument-parser error (unknown flag, missing argument), else None.
 
@@ -248,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     verbose = "--verbose" in args
     args = [a for a in args if a != "--verbose"]
     try:
-        code = app(args=args, prog_name="evidence-ledger", standalone_mode=False)
+        code = _command().main(args=args, prog_name="evidence-ledger", standalone_mode=False)
     except (typer.Abort, KeyboardInterrupt):
         output.stderr.print("evidence-ledger: aborted")
         sys.exit(130)
