@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	rm -rf demo-out
 	$(BIN)/evidence-ledger demo --ledger demo-out/ledger
-	$(BIN)/evidence-ledger verify --ledger demo-out/ledger
+	$(BIN)/evidence-ledger verify --ledger demo-out/ledger \
+		--verifier-key "$$(cat demo-out/ledger-signing.vkey)"
 
 ## lint: ruff and mypy
 lint: $(STAMP)

@@ -19,10 +19,13 @@ import typer
 
 from ledger.audit import verify_ledger
 from ledger.chains import call_chains
+from ledger.checkpoint import create_checkpoint
 from ledger.digests import from_text
 from ledger.entries import entry_json
 from ledger.errors import LedgerError, UsageError
+from ledger.files import read_input
 from ledger.ingest import ingest_file
+from ledger.keys import keygen, load_signer
 from ledger.log import Ledger
 from ledger.redact import redact as redact_payload
 from ledger.writer import EvidenceWriter
@@ -56,12 +59,29 @@ def _root(
 
 
 @app.command()
-def verify(ledger: LedgerOpt = None, json: JsonOpt = False) -> None:
-    """Check integrity (hashes, links, encoding, payloads) and every evidence rule.
+def verify(
+    ledger: LedgerOpt = None,
+    verifier_key: Annotated[
+        list[str] | None,
+        typer.Option("--verifier-key", metavar="VKEY",
+                      help="Trusted C2SP verifier key (repeatable); stored checkpoints must "
+                           "be signed by one."),
+    ] = None,
+    trusted_checkpoint: Annotated[
+        list[Path] | None,
+        typer.Option("--trusted-checkpoint", metavar="FILE",
+                     help="Signed checkpoint kept elsewhere (repeatable); the ledger must "
+                          "extend it (rule append_only)."),
+    ] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Check integrity (hashes, links, encoding, payloads), every evidence rule, and the
+    stored and trusted signed checkpoints.
 
     Exit 0 when no rule is violated, 1 otherwise.
     """
-    report = verify_ledger(Ledger(ledger))
+    trusted = [read_input(path) for path in trusted_checkpoint or []]
+    report = verify_ledger(Ledger(ledger), verifier_key or [], trusted)
     if json:
         output.print_json(report.to_json())
     else:
@@ -195,18 +215,25 @@ def redact(
     output.stdout.print(f"redacted {digest}" + ("" if erased else " (payload was already gone)"))
 
 
+DEMO_ORIGIN = "demo.evidence-ledger.example/log"
+
+
 @app.command()
 def demo(
     ledger: Annotated[
         Path, typer.Option("--ledger", help="Fresh ledger directory to record into.")
     ] = Path("demo-ledger"),
 ) -> None:
-    """Record the approval-flow example (examples/approval_flow.py) and verify it.
+    """Record the approval-flow example (examples/approval_flow.py), sign a checkpoint with
+    a throwaway key written beside the ledger, print the calls and verify.
 
     Runs offline with a scripted model: no API key needed.
     """
+    key_path = ledger.parent / f"{ledger.name}-signing.key"
     if Ledger(ledger).store.exists():
         raise UsageError(f"{ledger} already holds a ledger; remove it or pass another --ledger")
+    if key_path.exists():
+        raise UsageError(f"{key_path} exists; remove it or pass another --ledger")
     script = EXAMPLES / "approval_flow.py"
     if not script.is_file():
         raise UsageError(f"{script} not found: run demo from a checkout of evidence-ledger")
@@ -215,11 +242,21 @@ def demo(
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     asyncio.run(module.main(str(ledger)))
-    report = verify_ledger(Ledger(ledger))
+    vkey = keygen(DEMO_ORIGIN, key_path)
+    key_path.with_suffix(".vkey").write_text(vkey + "\n")
+    stored = create_checkpoint(Ledger(ledger), [load_signer(key_path)])
+    report = verify_ledger(Ledger(ledger), [vkey])
     output.stdout.print(f"recorded {script.name} into {ledger}")
     output.print_chains(call_chains(report.calls.values()))
+    output.stdout.print(
+        f"signed checkpoint {stored.path} (tree size {report.tree_size}) with the "
+        f"throwaway key {key_path}\nverifier key: {vkey}", highlight=False,
+    )
     output.print_report(report)
-    output.stdout.print(f"check it yourself: evidence-ledger verify --ledger {ledger}")
+    output.stdout.print(
+        f"check it yourself: evidence-ledger verify --ledger {ledger} --verifier-key {vkey}",
+        highlight=False,
+    )
     raise typer.Exit(0 if report.ok else 1)
 
 

@@ -13,8 +13,10 @@ from rich.table import Table
 from ledger.chains import CallChain
 from ledger.verify import Report
 
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True)
+# Piped or redirected output keeps whole table rows instead of wrapping at 80 columns.
+_WIDTH = None if sys.stdout.isatty() else 200
+stdout = Console(soft_wrap=True, width=_WIDTH)
+stderr = Console(stderr=True, soft_wrap=True, width=_WIDTH)
 
 
 def print_json(value: Any) -> None:
@@ -57,7 +59,7 @@ def print_report(report: Report) -> None:
 def print_chains(rows: list[CallChain]) -> None:
     """One line per call: tool, arguments digest, decision and approver, executed, persisted."""
     table = Table(title="calls", title_justify="left")
-    for column in ("run", "scope", "call_id", "tool", "arguments", "decision", "executed",
+    for column in ("run", "call (scope/call_id)", "tool", "arguments", "decision", "executed",
                    "persisted", "status"):
         table.add_column(column, overflow="fold")
     for r in rows:
@@ -67,7 +69,7 @@ def print_chains(rows: list[CallChain]) -> None:
             decided = f"{r.decision}{' (always)' if r.sticky else ''} by {r.approver}"
         status = r.status if not r.violations else f"[red]{', '.join(r.violations)}[/]"
         table.add_row(
-            r.run_id, "/".join(r.scope) or "—", r.call_id, r.tool, short(r.args_digest),
+            r.run_id[:12], "/".join((*r.scope, r.call_id)), r.tool, short(r.args_digest),
             decided, "yes" if r.executed_at is not None else "no",
             str(r.persisted) if r.persisted else "no", status,
         )

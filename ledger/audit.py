@@ -1,17 +1,46 @@
-"""Verify a ledger directory: the I/O around the pure verifier."""
+"""Verify a ledger directory: the I/O around the pure verifier.
+
+One pass over ``log.bin`` feeds the verifier and records the roots at every stored or
+trusted checkpoint's size; the checkpoints are then checked against those roots (see
+:func:`ledger.checkpoint_audit.check_checkpoints`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from . import checkpoint_audit
 from .log import Ledger
 from .verify import Report, verify_records
 
 
-def verify_ledger(ledger: Ledger) -> Report:
-    """Read ``ledger`` once and verify it (see :func:`ledger.verify.verify_records`).
+def verify_ledger(
+    ledger: Ledger,
+    verifier_keys: Sequence[str] = (),
+    trusted_checkpoints: Sequence[bytes] = (),
+) -> Report:
+    """Read ``ledger`` once and verify it, and its stored and trusted checkpoints.
+
+    Args:
+        ledger: the ledger directory.
+        verifier_keys: C2SP verifier key strings; stored checkpoints must carry a valid
+            signature by at least one (none given: signatures are not checked).
+        trusted_checkpoints: signed checkpoints kept elsewhere (bytes of each note);
+            a ledger rolled back below, or forked from, one is an ``append_only``
+            violation.
 
     Raises:
-        UsageError: if the directory holds no log.
+        UsageError: if the directory holds no log, or a verifier key is malformed.
         EvidenceError: if the log cannot be read.
     """
     ledger.require_exists()
-    return verify_records(ledger.scan(), ledger.payloads.check)
+    roots = checkpoint_audit.RootRecorder(
+        checkpoint_audit.checkpoint_sizes(ledger, trusted_checkpoints)
+    )
+    report = verify_records(ledger.scan(), ledger.payloads.check, on_leaf=roots.add_leaf_hash)
+    findings = checkpoint_audit.check_checkpoints(
+        ledger, verifier_keys, trusted_checkpoints, tree=roots
+    )
+    report.violations.extend(f.to_finding() for f in findings)
+    report.rules = report.rules + checkpoint_audit.RULES
+    return report

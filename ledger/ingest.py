@@ -19,6 +19,7 @@ from typing import Any
 from . import schemas
 from .digests import parse_strict_json, to_text
 from .errors import IngestError, UsageError
+from .files import read_input
 from .writer import EvidenceWriter
 
 DEFAULT_RUN_ID = "default"
@@ -125,10 +126,7 @@ def ingest_file(writer: EvidenceWriter, path: Path, *, again: bool = False) -> I
         IngestError: if a line fails (see :func:`parse_events`); nothing is appended.
         StorageError: if the append fails; nothing is appended.
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    data = read_input(path)
     events = parse_events(data)
     if not events:
         raise IngestError(f"{path}: no events", 0)

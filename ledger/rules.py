@@ -134,6 +134,12 @@ class RuleEngine:
         candidates = self._by_id.get((body["run_id"], body["call_id"]))
         return self.calls[candidates[-1]] if candidates else None
 
+    def find_call(self, run_id: str, scope: tuple[str, ...], call_id: str) -> CallState | None:
+        """The call the rules attribute evidence naming this identity to: the exact
+        ``(run_id, scope, call_id)``, else the latest call with that ``(run_id, call_id)``
+        in any scope; None when no such call is recorded (read-only)."""
+        return self._find({"run_id": run_id, "scope": scope, "call_id": call_id})
+
     def _effective(self, call: CallState) -> Decision | None:
         if call.decision is not None:
             return call.decision

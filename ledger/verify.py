@@ -65,6 +65,7 @@ class Report:
 def verify_records(
     items: Iterable[ScanItem],
     payload_check: Callable[[bytes], PayloadStatus] | None = None,
+    on_leaf: Callable[[bytes], None] | None = None,
 ) -> Report:
     """Verify a log given as scan items, in order.
 
@@ -73,6 +74,8 @@ def verify_records(
             :class:`TornTail` (as :meth:`ledger.store.FileLogStore.scan` yields them).
         payload_check: maps a 32-byte payload digest to a :class:`PayloadStatus`;
             None skips payload checks.
+        on_leaf: called with every leaf hash (32 bytes) in order, so roots at other
+            tree sizes (stored checkpoints) come from the same pass.
 
     Returns:
         A :class:`Report`; never raises on bad input (damage becomes findings).
@@ -103,7 +106,10 @@ def verify_records(
             continue
         assert isinstance(item, Record)
         seq = item.index
-        tree.append(merkle.leaf_hash(item.data))
+        leaf = merkle.leaf_hash(item.data)
+        tree.append(leaf)
+        if on_leaf is not None:
+            on_leaf(leaf)
         this_hash = entry_hash(item.data)
         damaged = not item.crc_ok
         if damaged:

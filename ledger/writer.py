@@ -397,3 +397,58 @@ class EvidenceWriter:
         """Record that a JSONL file (32-byte SHA-256, ``lines`` lines) was ingested."""
         body = {"file_sha256": file_sha256, "lines": lines, "name": name}
         return self.append("ingest", body, [], time_ns)
+
+    def session_repair(
+        self,
+        *,
+        repair_id: str,
+        session_id: str,
+        store: str,
+        item: dict[str, Any],
+        position: int,
+        run_id: str,
+        by: str,
+        scope: Sequence[str] = (),
+        backup: str | None = None,
+        history_digest: bytes | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record that a missing ``function_call`` ``item`` was synthesised from the ledger's
+        evidence and inserted into session ``session_id`` at index ``position`` (0-based, in
+        the repaired history), by ``by``.
+
+        ``item`` is the inserted ``function_call`` (``call_id``, ``name``, ``arguments``
+        strings); it is stored as a payload (``item_digest``) and its arguments digested.
+        The entry's ref is the recorded call ``(run_id, scope, item["call_id"])`` the item
+        was rebuilt from. ``store`` names the session store (a file path, or a Session
+        class); ``backup`` the backup copy written first, if any; ``history_digest`` the
+        32-byte digest of an already-stored payload holding the history before the repair.
+        All entries of one repair share ``repair_id`` (see :mod:`ledger.sessions`).
+
+        Raises:
+            UsageError: if ``item`` is not such a ``function_call``, ``position`` is
+                negative, or no call ``(run_id, scope, call_id)`` is recorded.
+        """
+        call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+        if item.get("type") != "function_call" or not all(
+            isinstance(v, str) for v in (call_id, name, arguments)
+        ):
+            raise UsageError("a session repair inserts a function_call item with string "
+                             "call_id, name and arguments")
+        assert isinstance(call_id, str) and isinstance(arguments, str)
+        if position < 0:
+            raise UsageError(f"position must be >= 0, not {position}")
+        with self.atomic():
+            call_hash = self.find_call(run_id, scope, call_id)
+            if call_hash is None:
+                raise UsageError(f"no recorded call {call_id!r} in run {run_id!r} scope "
+                                 f"{list(scope)} to repair from")
+            body = {
+                "run_id": run_id, "scope": list(scope), "call_id": call_id,
+                "repair_id": repair_id, "session_id": session_id, "store": store,
+                "backup": backup, "tool": name,
+                "args_digest": digests.arguments_digest(arguments).digest,
+                "item_digest": self._put(item_bytes(item)), "position": position,
+                "history_digest": history_digest, "by": by,
+            }
+            return self.append("session_repair", body, [call_hash], time_ns)

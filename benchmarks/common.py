@@ -1,0 +1,100 @@
+"""Shared benchmark plumbing: timing (median of runs), peak memory, result rows.
+
+Figures are ratios against a baseline measured in the same run on the same machine;
+nothing here asserts a wall-clock limit.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+RUNS = 3
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Row:
+    """One line of the results table.
+
+    Attributes:
+        operation: what was measured.
+        size: problem size (entries, items, calls).
+        ours: our figure, in ``unit``.
+        unit: e.g. ``entries/s``, ``MB``, ``ms``, ``bytes``.
+        baselines: name -> figure in the same unit, measured in the same run.
+        ratio: ours / first baseline (or the reverse where lower is better; see ``note``).
+        target: the target the issue sets, as text.
+        met: whether the target is met (None when there is no target).
+        note: how to read the ratio, or what was left out.
+    """
+
+    operation: str
+    size: int
+    ours: float
+    unit: str
+    baselines: dict[str, float] = field(default_factory=dict)
+    ratio: float | None = None
+    target: str = ""
+    met: bool | None = None
+    note: str = ""
+
+
+def median_time(fn: Callable[[], Any], runs: int = RUNS, setup: Callable[[], Any] | None = None) -> float:
+    """Median wall time of ``fn()`` over ``runs`` runs, in seconds (``setup`` untimed)."""
+    times = []
+    for _ in range(runs):
+        if setup is not None:
+            setup()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peak_rss_mb(code: str, *args: str) -> tuple[float, float]:
+    """Run ``python -c code args`` in a fresh process; return (seconds, peak RSS in MB)."""
+    wrapper = (
+        "import resource, sys, time\n"
+        "start = time.perf_counter()\n"
+        f"exec(compile({code!r}, 'bench', 'exec'))\n"
+        "elapsed = time.perf_counter() - start\n"
+        "print(elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", wrapper, *args], capture_output=True, text=True, check=True,
+        cwd=REPO,
+    ).stdout.split()
+    return float(out[-2]), float(out[-1])
+
+
+def print_table(rows: list[Row], machine: str) -> None:
+    """Print the results as one markdown table (README quotes it)."""
+    print(f"machine: {machine}")
+    print("| operation | size | ours | baseline(s) | ratio | target | met |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        base = ", ".join(f"{k} {_fmt(v)}" for k, v in r.baselines.items()) or "—"
+        ratio = "—" if r.ratio is None else f"{r.ratio:.2f}x"
+        met = {None: "—", True: "yes", False: "**no**"}[r.met]
+        print(f"| {r.operation} | {r.size:,} | {_fmt(r.ours)} {r.unit} | {base} | {ratio} "
+              f"| {r.target or '—'} | {met} |")
+    notes = [f"- {r.operation}: {r.note}" for r in rows if r.note]
+    if notes:
+        print("\n" + "\n".join(notes))
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+
+
+def write_results(rows: list[Row], machine: str, path: Path) -> None:
+    """Write ``rows`` to ``path`` as JSON."""
+    path.write_text(json.dumps({"machine": machine, "rows": [asdict(r) for r in rows]}, indent=2))

@@ -1,0 +1,224 @@
+"""Audit commands: ``query`` (read-only SQL over the DuckDB index), ``export`` and
+``verify-export`` (compliance files bound to the log by a manifest).
+
+Thin: parse arguments, call :mod:`ledger.index` / :mod:`ledger.export`, print. Errors
+are :mod:`ledger.errors` types, turned into one line and an exit code by the handler in
+``cli.main`` (EvidenceError: 1, UsageError: 2). Tables and columns: docs/QUERIES.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import json
+import math
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ledger.export import export_ledger, parse_time, verify_export
+from ledger.index import run_query
+from ledger.log import Ledger
+
+from . import output
+
+__all__ = ["register"]
+
+PROGRESS_THRESHOLD = 100_000
+"""Entries a job must pass before it shows a progress bar (and only on a terminal)."""
+
+LedgerOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ledger", envvar="EVIDENCE_LEDGER", show_envvar=True,
+        help="Ledger directory [default: ./.evidence].",
+    ),
+]
+
+
+class QueryFormat(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    jsonl = "jsonl"
+
+
+class ExportFormat(StrEnum):
+    parquet = "parquet"
+    csv = "csv"
+    jsonl = "jsonl"
+
+
+class _Bar:
+    """Progress on stderr, started only on a terminal once a job passes the threshold."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.progress: Progress | None = None
+        self.task: Any = None
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def __call__(self, entries: int, done: int, total: int) -> None:
+        if self.progress is None:
+            if entries < PROGRESS_THRESHOLD or not output.stderr.is_terminal:
+                return
+            self.progress = Progress(
+                TextColumn(self.label), BarColumn(), TaskProgressColumn(),
+                TimeRemainingColumn(), console=output.stderr, transient=True,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task(self.label, total=total)
+        self.progress.update(self.task, completed=done, total=total)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        text = value.isoformat(timespec="microseconds")
+        return text + "Z" if value.tzinfo is None else text
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def _text(value: Any) -> str:
+    """One cell for a person or a CSV file: '' for NULL, JSON for lists and maps."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    plain = _json_value(value)
+    if isinstance(plain, list | dict):
+        return json.dumps(plain, ensure_ascii=False, separators=(",", ":"))
+    return str(plain)
+
+
+def query(
+    sql: Annotated[str, typer.Argument(help="One SELECT statement (see docs/QUERIES.md).")],
+    ledger: LedgerOption = None,
+    format: Annotated[
+        QueryFormat, typer.Option("--format", help="Output format.")
+    ] = QueryFormat.table,
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Rebuild the index from the log first.")
+    ] = False,
+) -> None:
+    """Run read-only SQL over the ledger's DuckDB index (brought up to date first).
+
+    Tables: entries, calls, approvals, executions, session_items, guardrails,
+    violations, call_chains, ledger_index. A statement that writes is refused (exit 2).
+    """
+    with _Bar("indexing") as bar:
+        result = run_query(Ledger(ledger), sql, rebuild=rebuild, progress=bar)
+    if format is QueryFormat.json:
+        output.print_json([
+            {c: _json_value(v) for c, v in zip(result.columns, row, strict=True)}
+            for row in result.rows
+        ])
+    elif format is QueryFormat.jsonl:
+        for row in result.rows:
+            sys.stdout.write(json.dumps(
+                {c: _json_value(v) for c, v in zip(result.columns, row, strict=True)},
+                ensure_ascii=False,
+            ) + "\n")
+    elif format is QueryFormat.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(result.columns)
+        writer.writerows([_text(v) for v in row] for row in result.rows)
+    else:
+        table = Table(
+            caption=f"{len(result.rows)} row(s) at tree size {result.tree_size}",
+            caption_justify="left",
+        )
+        for column in result.columns:
+            table.add_column(column, overflow="fold")
+        for row in result.rows:
+            table.add_row(*(_text(v) for v in row))
+        output.stdout.print(table, markup=False, highlight=False)
+
+
+def export(
+    format: Annotated[ExportFormat, typer.Option("--format", help="File format.")],
+    out: Annotated[Path, typer.Option("--out", help="New (or empty) output directory.")],
+    ledger: LedgerOption = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only rows at or after T (ISO 8601 UTC, or ns).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Only rows before T (ISO 8601 UTC, or ns).")
+    ] = None,
+) -> None:
+    """Export every view, one file each, and manifest.json (tree size, root hash, SHA-256
+    of every file). Check it later with verify-export."""
+    since_ns = parse_time(since) if since is not None else None
+    until_ns = parse_time(until) if until is not None else None
+    with _Bar("indexing") as bar:
+        manifest = export_ledger(
+            Ledger(ledger), out, format.value, since=since_ns, until=until_ns, progress=bar,
+        )
+    rows = sum(f["rows"] for f in manifest["files"])
+    output.stdout.print(
+        f"exported {len(manifest['files'])} files ({rows} rows) to {out} at tree size "
+        f"{manifest['tree_size']}, root hash {manifest['root_hash']}",
+        highlight=False, markup=False,
+    )
+
+
+def verify_export_(
+    directory: Annotated[Path, typer.Argument(help="Export directory (holds manifest.json).")],
+    ledger: LedgerOption = None,
+    json_: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+) -> None:
+    """Check an export against the ledger: root hash at its tree size, every file's
+    SHA-256, and every file's rows re-derived from the entries. Exit 0 match, 1 mismatch."""
+    book = Ledger(ledger)
+    book.require_exists()
+    with _Bar("re-deriving") as bar:
+        check = verify_export(directory, book, progress=bar)
+    if json_:
+        output.print_json({"ok": check.ok, "tree_size": check.tree_size,
+                           "root_hash": check.root_hash, "problems": check.problems})
+    else:
+        for problem in check.problems:
+            output.stdout.print(f"[red]mismatch[/]: {escape(problem)}", highlight=False)
+        if check.ok:
+            output.stdout.print(
+                f"[green]OK[/]: {check.files} files match the ledger at tree size "
+                f"{check.tree_size}, root hash {check.root_hash}", highlight=False,
+            )
+        else:
+            output.stdout.print("[red]FAIL[/]")
+    raise typer.Exit(0 if check.ok else 1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``query``, ``export`` and ``verify-export`` to ``app``."""
+    app.command("query")(query)
+    app.command("export")(export)
+    app.command("verify-export")(verify_export_)

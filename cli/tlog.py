@@ -1,0 +1,161 @@
+"""Transparency-log commands: keys, signed checkpoints, inclusion and consistency proofs.
+
+Thin: parse arguments, call :mod:`ledger`, print. Errors are raised as
+:mod:`ledger.errors` types and turned into one line and an exit code by the handler
+in ``cli.main`` (EvidenceError: 1, UsageError: 2). Hashes are printed in standard
+base64; ``--json`` uses the field names of the transparency-dev/merkle test vectors.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ledger.checkpoint import create_checkpoint, verify_checkpoint
+from ledger.files import read_input
+from ledger.keys import keygen, load_signer
+from ledger.log import Ledger
+from ledger.note import Verifier
+from ledger.proofs import prove_consistency, prove_inclusion
+
+__all__ = ["register"]
+
+LedgerOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ledger",
+        metavar="DIR",
+        help="Ledger directory (default: $EVIDENCE_LEDGER, else ./.evidence).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _b64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+def _print_fields(doc: dict[str, Any]) -> None:
+    for key, value in doc.items():
+        if isinstance(value, list):
+            if not value:
+                typer.echo(f"{key}: (empty)")
+            for i, item in enumerate(value):
+                typer.echo(f"{key}[{i}]: {item}")
+        else:
+            typer.echo(f"{key}: {value}")
+
+
+def _print(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        _print_fields(doc)
+
+
+def keygen_command(
+    origin: Annotated[
+        str,
+        typer.Option(
+            "--origin", metavar="NAME", help="Key name and checkpoint origin, e.g. example.com/log."
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", metavar="PATH", help="New file for the private key (mode 0600)."),
+    ],
+) -> None:
+    """Create an Ed25519 checkpoint key; print its verifier key (C2SP signed-note)."""
+    typer.echo(keygen(origin, out))
+
+
+def checkpoint_command(
+    key: Annotated[
+        list[Path],
+        typer.Option(
+            "--key", metavar="PATH", help="Private key file; repeat for one signature per key."
+        ),
+    ],
+    ledger: LedgerOption = None,
+) -> None:
+    """Sign the current tree head as a C2SP checkpoint, store it, and print it."""
+    signers = [load_signer(path) for path in key]
+    stored = create_checkpoint(Ledger(ledger), signers)
+    sys.stdout.write(stored.data.decode("utf-8"))  # the note is UTF-8 (ends with a newline)
+    sys.stdout.flush()
+
+
+def verify_checkpoint_command(
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="Signed checkpoint file.", show_default=False)
+    ],
+    verifier_key: Annotated[
+        list[str],
+        typer.Option(
+            "--verifier-key",
+            metavar="VKEY",
+            help="Trusted verifier key name+keyid+key; repeatable.",
+        ),
+    ],
+    origin: Annotated[
+        str | None,
+        typer.Option(
+            "--origin", metavar="NAME", help="Expected origin (default: the signing key's name)."
+        ),
+    ] = None,
+) -> None:
+    """Verify a signed checkpoint against trusted verifier keys."""
+    verifiers = [Verifier.from_vkey(v) for v in verifier_key]
+    data = read_input(file)
+    verified = verify_checkpoint(data, verifiers, origin)
+    cp = verified.checkpoint
+    signers = ", ".join(f"{s.name}+{s.key_id:08x}" for s in verified.note.verified)
+    typer.echo(
+        f"checkpoint OK: origin {cp.origin}, tree size {cp.size}, root {_b64(cp.root)}, "
+        f"signed by {signers}"
+    )
+
+
+def inclusion_command(
+    seq: Annotated[int, typer.Option("--seq", metavar="N", help="Entry seq (0-based leaf index).")],
+    ledger: LedgerOption = None,
+    tree_size: Annotated[
+        int | None,
+        typer.Option(
+            "--tree-size", metavar="N", help="Prove against this tree size (default: current)."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print an RFC 9162 inclusion proof: leaf hash, tree size, root, audit path."""
+    proof = prove_inclusion(Ledger(ledger), seq, tree_size)
+    _print(proof.to_json(), as_json)
+
+
+def consistency_command(
+    from_: Annotated[int, typer.Option("--from", metavar="M", help="Older tree size (> 0).")],
+    ledger: LedgerOption = None,
+    to: Annotated[
+        int | None, typer.Option("--to", metavar="N", help="Newer tree size (default: current).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print an RFC 9162 consistency proof between two tree sizes."""
+    proof = prove_consistency(Ledger(ledger), from_, to)
+    _print(proof.to_json(), as_json)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``keygen``, ``checkpoint``, ``verify-checkpoint``, ``inclusion`` and
+    ``consistency`` to ``app``."""
+    app.command("keygen")(keygen_command)
+    app.command("checkpoint")(checkpoint_command)
+    app.command("verify-checkpoint")(verify_checkpoint_command)
+    app.command("inclusion")(inclusion_command)
+    app.command("consistency")(consistency_command)

@@ -1,0 +1,812 @@
+"""A DuckDB index of a ledger, for audit queries in SQL. Never authoritative.
+
+The index is derived from the log and only from it: deleting it and running again
+rebuilds the same rows. It lives at ``<ledger>/index.duckdb`` (``index.duckdb.lock``
+beside it serialises processes) and is brought up to date by tree size before each
+query: only records past the indexed tree size are read.
+
+Pure core, :class:`Deriver`: log records (bytes) in, Arrow tables out. It decodes each
+record with :func:`ledger.entries.decode_entry`, hashes it into the RFC 9162 tree with
+:mod:`ledger.merkle`, and feeds it to the verifier's own :class:`ledger.rules.RuleEngine`;
+``call_chains`` rows are :func:`ledger.chains.call_chains` of the engine's call states
+and ``violations`` rows are its findings, so the index reads the same facts as
+``verify``. It refuses (:class:`EvidenceError`) a record that fails its CRC-32, canonical
+decoding, ``seq`` or ``prev`` link; ``verify`` names every break, checks payloads and
+refs, and stays the verdict.
+
+I/O around it: :func:`update_index` (bulk inserts of Arrow tables, one transaction per
+update; the deriver's state is kept in the index so the next update resumes where this
+one stopped), :func:`connect_read_only` and :func:`run_query` (one ``SELECT`` on a
+read-only connection with file access disabled). Tables and columns: ``VIEWS`` and
+docs/QUERIES.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import functools
+import gc
+import hashlib
+import io
+import itertools
+import os
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import chains, encoding, entries, findings, merkle, rules
+from .entries import ZERO_HASH, Entry, decode_entry, entry_hash
+from .errors import EncodingError, EvidenceError, UsageError
+from .log import Ledger
+from .store import Damage, Record, TornTail
+from .verify import Report
+
+__all__ = [
+    "INDEX_NAME",
+    "VIEWS",
+    "Deriver",
+    "IndexInfo",
+    "Progress",
+    "QueryResult",
+    "View",
+    "check_read_only",
+    "connect_read_only",
+    "derive",
+    "index_path",
+    "run_query",
+    "update_index",
+]
+
+INDEX_NAME = "index.duckdb"
+INDEX_VERSION = 1
+CHUNK = 50_000
+"""Records decoded between two bulk inserts."""
+
+Progress = Callable[[int, int, int], None]
+"""``progress(entries_done, bytes_done, bytes_total)``, called after each chunk."""
+
+CallKey = tuple[str, tuple[str, ...], str]
+
+_ARROW = {
+    "BIGINT": pa.int64(),
+    "VARCHAR": pa.string(),
+    "BOOLEAN": pa.bool_(),
+    "TIMESTAMP": pa.timestamp("us"),
+    "VARCHAR[]": pa.list_(pa.string()),
+}
+
+
+@dataclass(frozen=True)
+class View:
+    """One table of the index.
+
+    Attributes:
+        name: table name.
+        columns: ``(column, DuckDB type)`` pairs, in order. A ``TIMESTAMP`` column ``x``
+            (UTC, microseconds) always has a ``BIGINT`` column ``x_ns`` (exact ns).
+        time: the ``*_ns`` column ``export --since/--until`` filter on.
+        order: the column(s) rows are ordered by.
+    """
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    time: str
+    order: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the view (what exports hold)."""
+        return pa.schema([(name, _ARROW[kind]) for name, kind in self.columns])
+
+    @property
+    def names(self) -> list[str]:
+        """Column names, in order."""
+        return [name for name, _ in self.columns]
+
+
+def _cols(spec: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in spec.split():
+        name, _, kind = item.partition(":")
+        out.append((name, kind or "VARCHAR"))
+    return tuple(out)
+
+
+_IDENT = "run_id scope:VARCHAR[] call_id"
+VIEWS: dict[str, View] = {
+    view.name: view
+    for view in (
+        View("entries", _cols(
+            "seq:BIGINT entry_hash prev kind time:TIMESTAMP time_ns:BIGINT "
+            f"{_IDENT} refs:VARCHAR[]"), "time_ns", "seq"),
+        View("calls", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} agent tool arguments_digest arguments_form "
+            "arguments_payload needs_approval:BOOLEAN response_id called_at:TIMESTAMP "
+            "called_at_ns:BIGINT"), "called_at_ns", "seq"),
+        View("approvals", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} agent tool decision always:BOOLEAN approver "
+            "reason message_digest arguments_digest call_arguments_digest bound:BOOLEAN "
+            "call_seq:BIGINT decided_at:TIMESTAMP decided_at_ns:BIGINT"), "decided_at_ns", "seq"),
+        View("executions", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} agent tool arguments_digest arguments_form "
+            "result_digest error arguments_match:BOOLEAN call_seq:BIGINT "
+            "executed_at:TIMESTAMP executed_at_ns:BIGINT"), "executed_at_ns", "seq"),
+        View("session_items", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} session_id op item_type item_digest "
+            "output_digest arguments_digest call_seq:BIGINT recorded_at:TIMESTAMP "
+            "recorded_at_ns:BIGINT"), "recorded_at_ns", "seq"),
+        View("guardrails", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} agent tool guardrail message_digest "
+            "call_seq:BIGINT blocked_at:TIMESTAMP blocked_at_ns:BIGINT"), "blocked_at_ns", "seq"),
+        View("violations", _cols(
+            f"finding_no:BIGINT seq:BIGINT rule {_IDENT} detail call_seq:BIGINT "
+            "time:TIMESTAMP time_ns:BIGINT"), "time_ns", "finding_no"),
+        View("call_chains", _cols(
+            f"call_seq:BIGINT {_IDENT} agent tool arguments_digest needs_approval:BOOLEAN "
+            "decision sticky:BOOLEAN approver called_at:TIMESTAMP called_at_ns:BIGINT "
+            "decided_at:TIMESTAMP decided_at_ns:BIGINT executed_at:TIMESTAMP "
+            "executed_at_ns:BIGINT executions:BIGINT persisted:BIGINT "
+            "persisted_at:TIMESTAMP persisted_at_ns:BIGINT status violations:VARCHAR[]"),
+            "called_at_ns", "call_seq"),
+    )
+}
+"""Every table of the index, in export order (columns documented in docs/QUERIES.md)."""
+
+_APPEND_ONLY = tuple(name for name in VIEWS if name != "call_chains")
+
+
+def _d(digest: bytes | None) -> str | None:
+    return None if digest is None else "sha256:" + digest.hex()
+
+
+def _who(b: dict[str, Any], call: rules.CallState | None) -> tuple[str | None, str | None]:
+    """Agent and tool a body names, else those of its call."""
+    return b["agent"] or (call.agent if call else None), b["tool"] or (call.tool if call else None)
+
+
+def _table(view: View, rows: list[tuple[Any, ...]]) -> pa.Table:
+    """Rows (tuples in column order; a TIMESTAMP column holds its ns) -> Arrow table."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in view.columns]
+    arrays = []
+    for (_, kind), values in zip(view.columns, columns, strict=True):
+        if kind == "TIMESTAMP":
+            ns = pa.array(values, pa.int64())
+            arrays.append(pc.divide(ns, 1000).cast(pa.timestamp("us")))
+        else:
+            arrays.append(pa.array(values, _ARROW[kind]))
+    return pa.Table.from_arrays(arrays, schema=view.schema)
+
+
+def _calls(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
+    return (b["agent"], b["tool"], _d(b["args_digest"]), b["args_form"],
+            _d(b["args_payload"]), b["needs_approval"], b["response_id"])
+
+
+def _approvals(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
+    shown = b["args_digest"] or (call.args_digest if call else None)  # as the rules read it
+    return (
+        *_who(b, call),
+        b["decision"], b["always"], b["approver"], b["reason"], _d(b["message_digest"]),
+        _d(shown), _d(call.args_digest) if call else None,
+        shown == call.args_digest if call else None, call.seq if call else None,
+    )
+
+
+def _executions(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
+    return (
+        *_who(b, call),
+        _d(b["args_digest"]), b["args_form"], _d(b["result_digest"]), b["error"],
+        b["args_digest"] == call.args_digest if call else None, call.seq if call else None,
+    )
+
+
+def _session_items(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
+    return (b["session_id"], b["op"], b["item_type"], _d(b["item_digest"]),
+            _d(b["output_digest"]), _d(b["args_digest"]), call.seq if call else None)
+
+
+def _guardrails(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
+    return (
+        *_who(b, call),
+        b["guardrail"], _d(b["message_digest"]), call.seq if call else None,
+    )
+
+
+_RowFn = Callable[[dict[str, Any], rules.CallState | None], tuple[Any, ...]]
+_KIND_ROWS: dict[str, tuple[str, _RowFn]] = {
+    "call": ("calls", _calls), "decision": ("approvals", _approvals),
+    "execution": ("executions", _executions), "session_item": ("session_items", _session_items),
+    "guardrail": ("guardrails", _guardrails),
+}
+"""Entry kind -> (table, the columns of its row between the call identity and the time)."""
+
+
+class Deriver:
+    """Log records in, index rows out (pure: no I/O).
+
+    Feed every :class:`~ledger.store.Record` of the log in order with :meth:`feed`; take
+    the new rows of the append-only tables with :meth:`take` and the rows of the calls
+    whose chain changed with :meth:`take_chains`. The object pickles (its state between
+    two updates) once both have been taken.
+    """
+
+    def __init__(self) -> None:
+        self.engine = rules.RuleEngine()
+        self.tree = merkle.CompactRange()
+        self.size = 0
+        """Entries fed (the tree size)."""
+        self.offset = 0
+        """Byte offset just past the last record fed."""
+        self.last_offset = 0
+        """Byte offset of the last record fed."""
+        self.last_hash = ZERO_HASH
+        """Entry hash of the last record fed (zeros when none)."""
+        self._rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _APPEND_ONLY}
+        self._touched: set[CallKey] = set()
+        self._findings = 0
+        self._persisted_at: dict[CallKey, int] = {}
+        self._prev_hex = "sha256:" + ZERO_HASH.hex()
+
+    def feed(self, record: Record) -> Entry:
+        """Decode one record at index :attr:`size`, derive its rows, return its entry.
+
+        Raises:
+            EvidenceError: if the record fails its CRC-32, does not decode canonically,
+                or its ``seq`` or ``prev`` do not continue the log (run ``verify``).
+        """
+        seq = self.size
+        where = f"log damaged at seq {seq}"
+        if record.index != seq:
+            raise EvidenceError(f"{where}: record {record.index} read, {seq} expected")
+        if not record.crc_ok:
+            raise EvidenceError(f"{where}: record fails its CRC-32 (run verify)")
+        try:
+            entry = decode_entry(record.data)
+        except EncodingError as exc:
+            raise EvidenceError(f"{where}: {exc} (run verify)") from exc
+        if entry.seq != seq or entry.prev != self.last_hash:
+            raise EvidenceError(f"{where}: seq or prev does not continue the log (run verify)")
+        hash_ = entry_hash(record.data)
+        self.tree.append(merkle.leaf_hash(record.data))
+        self.engine.feed(entry)
+        self._derive(entry, hash_)
+        self.size, self.offset, self.last_offset = seq + 1, record.end, record.offset
+        self.last_hash = hash_
+        return entry
+
+    def _derive(self, entry: Entry, hash_: bytes) -> None:
+        b, seq, time = entry.body, entry.seq, entry.time
+        run_id, scope, call_id = b.get("run_id"), b.get("scope"), b.get("call_id")
+        call = None
+        if type(run_id) is str and type(scope) is list and type(call_id) is str:
+            key = (run_id, tuple(scope), call_id)
+            call = self.engine.calls.get(key) or self.engine.find_call(*key)
+        else:
+            run_id = run_id if type(run_id) is str else None
+            scope = scope if type(scope) is list else None
+            call_id = call_id if type(call_id) is str else None
+        hx = "sha256:" + hash_.hex()
+        refs = ["sha256:" + r.hex() for r in entry.refs] if entry.refs else []
+        self._rows["entries"].append(
+            (seq, hx, self._prev_hex, entry.kind, time, time, run_id, scope, call_id, refs)
+        )
+        self._prev_hex = hx
+        rows = _KIND_ROWS.get(entry.kind)
+        if rows is not None:
+            table, columns = rows
+            row = (seq, hx, run_id, scope, call_id, *columns(b, call), time, time)
+            self._rows[table].append(row)
+        if call is not None:
+            self._touched.add(call.key)
+            if entry.kind == "session_item" and call.persisted and call.persisted[0] == seq:
+                self._persisted_at[call.key] = time
+        if len(self.engine.findings) > self._findings:
+            self._take_findings(seq, time)
+
+    def _take_findings(self, seq: int, time: int) -> None:
+        new = self.engine.findings[self._findings:]
+        for number, finding in enumerate(new, start=self._findings):
+            key = (finding.run_id, finding.scope, finding.call_id)
+            state = self.engine.calls.get(key)  # type: ignore[arg-type]
+            if state is not None:
+                self._touched.add(state.key)
+            at = time if finding.seq == seq else None
+            self._rows["violations"].append((
+                number, finding.seq, finding.rule, finding.run_id, list(finding.scope),
+                finding.call_id, finding.detail, state.seq if state else None, at, at,
+            ))
+        self._findings += len(new)
+
+    def take(self) -> dict[str, pa.Table]:
+        """New rows of every append-only table since the last call (table name -> rows)."""
+        out = {name: _table(VIEWS[name], rows) for name, rows in self._rows.items()}
+        self._rows = {name: [] for name in _APPEND_ONLY}
+        return out
+
+    def take_chains(self) -> pa.Table:
+        """``call_chains`` rows of every call whose chain changed since the last call, in
+        call order (replace the rows with the same ``call_seq``)."""
+        states = sorted((self.engine.calls[k] for k in self._touched), key=lambda c: c.seq)
+        rows = []
+        for state, row in zip(states, chains.call_chains(states), strict=True):
+            persisted = self._persisted_at.get(state.key)
+            rows.append((
+                state.seq, row.run_id, list(row.scope), row.call_id, row.agent, row.tool,
+                _d(row.args_digest), row.needs_approval, row.decision, row.sticky, row.approver,
+                state.time, state.time, row.decided_at, row.decided_at, row.executed_at,
+                row.executed_at, len(state.executions), row.persisted, persisted, persisted,
+                row.status, list(row.violations),
+            ))
+        self._touched = set()
+        return _table(VIEWS["call_chains"], rows)
+
+    def report(self) -> Report:
+        """The verifier's :class:`~ledger.verify.Report` over the records fed (no payload
+        checks: records that fail integrity were refused by :meth:`feed`)."""
+        return Report(
+            tree_size=self.size, root_hash=self.tree.root(),
+            violations=sorted(self.engine.findings, key=lambda f: (f.seq is None, f.seq)),
+            notices=list(self.engine.notices), calls=self.engine.calls,
+        )
+
+
+def derive(
+    records: Iterable[Record | Damage | TornTail], size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[Report, dict[str, pa.Table]]:
+    """Derive every table in memory from a log's scan items (no index file).
+
+    Args:
+        records: :meth:`Ledger.scan` items, in order.
+        size: stop after this many entries (the tree size of an export); None reads all.
+        progress: called with the entries done every :data:`CHUNK` entries.
+
+    Returns:
+        The verifier's report at that size and every view's rows (view name -> table).
+
+    Raises:
+        EvidenceError: if the log is damaged before ``size`` or holds fewer entries.
+    """
+    with _gc_paused():
+        return _derive_all(records, size, progress)
+
+
+def _derive_all(
+    records: Iterable[Record | Damage | TornTail], size: int | None,
+    progress: Callable[[int], None] | None,
+) -> tuple[Report, dict[str, pa.Table]]:
+    deriver = Deriver()
+    parts: dict[str, list[pa.Table]] = {name: [] for name in _APPEND_ONLY}
+    for item in records:
+        if size is not None and deriver.size >= size:
+            break
+        if isinstance(item, Damage):
+            raise EvidenceError(f"log damaged at seq {item.index}: {item.reason}")
+        if isinstance(item, TornTail):
+            break
+        deriver.feed(item)
+        if deriver.size % CHUNK == 0:
+            for name, table in deriver.take().items():
+                parts[name].append(table)
+            if progress:
+                progress(deriver.size)
+    if size is not None and deriver.size < size:
+        raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
+    for name, table in deriver.take().items():
+        parts[name].append(table)
+    tables = {name: pa.concat_tables(parts[name]) for name in _APPEND_ONLY}
+    tables["call_chains"] = deriver.take_chains()
+    return deriver.report(), {name: tables[name] for name in VIEWS}
+
+
+# -- the index file --------------------------------------------------------------------
+
+_SAFE_GLOBALS = {
+    ("ledger.index", "Deriver"), ("ledger.rules", "RuleEngine"), ("ledger.rules", "CallState"),
+    ("ledger.rules", "Decision"), ("ledger.findings", "Finding"),
+    ("ledger.merkle", "CompactRange"), ("collections", "defaultdict"),
+    ("collections", "Counter"), ("builtins", "set"), ("builtins", "list"),
+    ("builtins", "dict"), ("builtins", "frozenset"), ("builtins", "tuple"),
+}
+
+
+class _StateUnpickler(pickle.Unpickler):
+    """Unpickles only the deriver's own data classes and containers (an index file is
+    not trusted to run code)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _SAFE_GLOBALS:
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in index state")
+        return super().find_class(module, name)
+
+
+def _load_state(blob: bytes) -> Deriver | None:
+    try:
+        state = _StateUnpickler(io.BytesIO(blob)).load()
+    except Exception:  # any damage: the index is a cache, rebuild it
+        return None
+    return state if isinstance(state, Deriver) else None
+
+
+@functools.cache
+def _fingerprint() -> str:
+    """Digest of the code the index rows depend on: other code, other index."""
+    digest = hashlib.sha256(f"index v{INDEX_VERSION}".encode())
+    for module in (encoding, entries, rules, findings, chains, merkle):
+        digest.update(Path(module.__file__ or "").read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """Where an index stands.
+
+    Attributes:
+        path: the DuckDB file.
+        tree_size: entries indexed.
+        root_hash: RFC 9162 root hash over them (32 bytes).
+        added: entries this update read (0 when it was already current).
+        rebuilt: True when this update started from an empty index.
+    """
+
+    path: Path
+    tree_size: int
+    root_hash: bytes
+    added: int = 0
+    rebuilt: bool = False
+
+    @property
+    def root_b64(self) -> str:
+        """The root hash in standard base64 (as ``verify --json`` prints it)."""
+        return base64.b64encode(self.root_hash).decode("ascii")
+
+
+def index_path(ledger: Ledger, path: str | os.PathLike[str] | None = None) -> Path:
+    """The index file: ``path``, else ``<ledger>/index.duckdb``."""
+    return Path(path) if path else ledger.directory / INDEX_NAME
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while bulk-deriving: millions of small acyclic containers
+    would otherwise trigger collections that rescan the growing rule state."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def _flock(path: Path, exclusive: bool) -> Iterator[None]:
+    lock = path.with_name(path.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UsageError(f"cannot open {lock}: {exc.strerror} (pass another --index)") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+_SCHEMA = [
+    f"CREATE TABLE {view.name} ({', '.join(f'{n} {t}' for n, t in view.columns)})"
+    for view in VIEWS.values()
+] + [
+    "CREATE TABLE ledger_index (index_version INTEGER, code_fingerprint VARCHAR, "
+    "tree_size BIGINT, root_hash VARCHAR, last_entry_hash VARCHAR, "
+    "last_record_offset BIGINT, log_offset BIGINT)",
+    "CREATE TABLE index_state (state BLOB)",
+]
+
+
+def _connect_fresh(path: Path) -> duckdb.DuckDBPyConnection:
+    for stale in (path, path.with_name(path.name + ".wal")):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+    try:
+        con = duckdb.connect(str(path))
+    except duckdb.Error as exc:
+        raise UsageError(f"cannot create index {path}: {exc}") from exc
+    for statement in _SCHEMA:
+        con.execute(statement)
+    return con
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...] | None:
+    """The single row of ``sql`` (fetched to the end, as DuckDB wants), or None."""
+    rows = con.execute(sql).fetchall()
+    return tuple(rows[0]) if len(rows) == 1 else None
+
+
+def _meta(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
+    try:
+        rows = con.execute(
+            "SELECT index_version, code_fingerprint, tree_size, root_hash, last_entry_hash, "
+            "last_record_offset, log_offset FROM ledger_index"
+        ).fetchall()
+    except duckdb.Error:
+        return None
+    row = rows[0] if len(rows) == 1 else None
+    if row is None or row[0] != INDEX_VERSION or row[1] != _fingerprint():
+        return None
+    return tuple(row)
+
+
+def _same_log(ledger: Ledger, size: int, last_hash: str, last_offset: int) -> bool:
+    """True when the log still holds the last indexed record where the index left it."""
+    if size == 0:
+        return True
+    first = next(iter(ledger.store.scan(last_offset, size - 1)), None)
+    return isinstance(first, Record) and "sha256:" + entry_hash(first.data).hex() == last_hash
+
+
+def _insert(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    if table.num_rows:
+        con.register("_rows", table)
+        con.execute(f"INSERT INTO {name} SELECT * FROM _rows")
+        con.unregister("_rows")
+
+
+def update_index(
+    ledger: Ledger,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    rebuild: bool = False,
+    progress: Progress | None = None,
+) -> IndexInfo:
+    """Bring the index of ``ledger`` up to date with its log, by tree size.
+
+    Reads only the records past the indexed tree size (complete groups: a writer
+    appending meanwhile is seen up to its last acknowledged group). Starts over when the
+    index is missing, unreadable, built by other code, or the log no longer holds the
+    last record indexed (rewritten or truncated). One transaction per update.
+
+    Args:
+        ledger: the ledger to index.
+        path: the index file (default ``<ledger>/index.duckdb``).
+        rebuild: start over from an empty index.
+        progress: see :data:`Progress`.
+
+    Raises:
+        UsageError: if the ledger has no log, or the index cannot be written.
+        EvidenceError: if a record fails integrity (see :class:`Deriver`).
+    """
+    ledger.require_exists()
+    target = index_path(ledger, path)
+    with _flock(target, exclusive=True):
+        con: duckdb.DuckDBPyConnection | None = None
+        try:
+            with contextlib.suppress(duckdb.Error):
+                con = duckdb.connect(str(target))
+            meta = None if (con is None or rebuild) else _meta(con)
+            if meta is not None and not _same_log(ledger, meta[2], meta[4], meta[5]):
+                meta = None
+            deriver: Deriver | None = None
+            items: Iterator[Record | Damage | TornTail] = iter(())
+            if meta is not None:
+                assert con is not None
+                items = ledger.store.scan(meta[6], meta[2])
+                first = next(items, None)
+                if first is None or isinstance(first, TornTail):
+                    return IndexInfo(target, meta[2], base64.b64decode(meta[3]))
+                items = itertools.chain([first], items)
+                blob = _one(con, "SELECT state FROM index_state")
+                deriver = _load_state(blob[0]) if blob else None
+                if deriver is None or deriver.size != meta[2]:
+                    deriver = meta = None
+            if deriver is None:
+                if con is not None:
+                    con.close()
+                con = _connect_fresh(target)
+                deriver, items = Deriver(), ledger.store.scan()
+            assert con is not None
+            with _gc_paused():
+                return _catch_up(con, ledger, deriver, items, meta is None, progress, target)
+        finally:
+            if con is not None:
+                con.close()
+
+
+def _catch_up(
+    con: duckdb.DuckDBPyConnection, ledger: Ledger, deriver: Deriver,
+    items: Iterator[Record | Damage | TornTail], fresh: bool, progress: Progress | None,
+    target: Path,
+) -> IndexInfo:
+    start = deriver.size
+    total = ledger.store.path.stat().st_size
+    con.execute("BEGIN TRANSACTION")
+    for item in items:
+        if isinstance(item, Damage):
+            raise EvidenceError(f"log damaged at seq {item.index}: {item.reason} (run verify)")
+        if isinstance(item, TornTail):
+            break
+        deriver.feed(item)
+        if deriver.size % CHUNK == 0:
+            for name, table in deriver.take().items():
+                _insert(con, name, table)
+            if progress:
+                progress(deriver.size - start, deriver.offset, total)
+    for name, table in deriver.take().items():
+        _insert(con, name, table)
+    changed = deriver.take_chains()
+    if not fresh and changed.num_rows:
+        con.register("_changed", changed.select(["call_seq"]))
+        con.execute("DELETE FROM call_chains WHERE call_seq IN (SELECT call_seq FROM _changed)")
+        con.unregister("_changed")
+    _insert(con, "call_chains", changed)
+    root = deriver.tree.root()
+    con.execute("DELETE FROM ledger_index")
+    con.execute(
+        "INSERT INTO ledger_index VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [INDEX_VERSION, _fingerprint(), deriver.size, base64.b64encode(root).decode("ascii"),
+         _d(deriver.last_hash), deriver.last_offset, deriver.offset],
+    )
+    con.execute("DELETE FROM index_state")
+    con.execute("INSERT INTO index_state VALUES (?)", [pickle.dumps(deriver, protocol=5)])
+    con.execute("COMMIT")
+    if progress:
+        progress(deriver.size - start, deriver.offset, total)
+    return IndexInfo(target, deriver.size, root, deriver.size - start, fresh)
+
+
+# -- reading -----------------------------------------------------------------------------
+
+_READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+
+
+def _one_line(exc: Exception) -> str:
+    lines = []
+    for line in str(exc).splitlines():
+        if line.strip().startswith("LINE "):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines) or type(exc).__name__
+
+
+def check_read_only(sql: str) -> None:
+    """Accept exactly one ``SELECT`` (or ``EXPLAIN``) statement, by DuckDB's own parser.
+
+    Raises:
+        UsageError: if ``sql`` does not parse, holds more than one statement, or any
+            statement that is not a read (INSERT, COPY, ATTACH, SET, PRAGMA, CALL, ...).
+    """
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise UsageError(f"SQL error: {_one_line(exc)}") from exc
+    if len(statements) != 1:
+        raise UsageError(f"give exactly one SQL statement, not {len(statements)}")
+    kind = statements[0].type
+    if kind not in _READ_ONLY:
+        raise UsageError(f"refused: {kind.name} statement; queries are read-only (SELECT)")
+
+
+def _open_read_only(path: Path) -> duckdb.DuckDBPyConnection:
+    """Read-only connection, session time zone UTC, file access, extension loading and
+    configuration changes disabled (raises duckdb.Error)."""
+    con = duckdb.connect(str(path), read_only=True, config={
+        "autoinstall_known_extensions": False, "autoload_known_extensions": False,
+    })
+    try:
+        for setting in ("SET TimeZone = 'UTC'", "SET enable_external_access = false",
+                        "SET lock_configuration = true"):
+            con.execute(setting)
+    except duckdb.Error:
+        con.close()
+        raise
+    return con
+
+
+@contextlib.contextmanager
+def connect_read_only(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to the index at ``path``: session time zone UTC; file
+    access, extension loading and configuration changes disabled. Holds a shared lock so
+    no update runs meanwhile.
+
+    Raises:
+        UsageError: if the index cannot be opened.
+    """
+    with _flock(path, exclusive=False):
+        try:
+            con = _open_read_only(path)
+        except duckdb.Error as exc:
+            raise UsageError(f"cannot open index {path}: {_one_line(exc)}") from exc
+        try:
+            yield con
+        finally:
+            con.close()
+
+
+def _is_current(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> bool:
+    """True when the index holds every complete record of the log (cheap: no scan)."""
+    meta = _meta(con)
+    if meta is None:
+        return False
+    try:
+        size = ledger.store.path.stat().st_size
+    except OSError:
+        return False
+    return size == meta[6] and _same_log(ledger, meta[2], meta[4], meta[5])
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """The rows of one query.
+
+    Attributes:
+        columns: column names.
+        types: DuckDB type names of the columns.
+        rows: the rows, Python values (datetime for TIMESTAMP, list for arrays).
+        tree_size: entries the index held when the query ran.
+        root_hash: RFC 9162 root hash at that tree size (base64).
+    """
+
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple[Any, ...]]
+    tree_size: int
+    root_hash: str
+
+
+def run_query(
+    ledger: Ledger,
+    sql: str,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    rebuild: bool = False,
+    progress: Progress | None = None,
+) -> QueryResult:
+    """Run one read-only SQL statement over the index, brought up to date first.
+
+    Raises:
+        UsageError: if the statement is not a single read, or fails (one-line message).
+        EvidenceError: if the log fails integrity while indexing.
+    """
+    check_read_only(sql)
+    ledger.require_exists()
+    target = index_path(ledger, path)
+    if not rebuild and target.is_file():
+        with _flock(target, exclusive=False):
+            try:
+                con = _open_read_only(target)
+            except duckdb.Error:
+                con = None
+            if con is not None:
+                try:
+                    if _is_current(con, ledger):
+                        return _execute(con, sql)
+                finally:
+                    con.close()
+    info = update_index(ledger, path, rebuild=rebuild, progress=progress)
+    with connect_read_only(info.path) as con:
+        return _execute(con, sql)
+
+
+def _execute(con: duckdb.DuckDBPyConnection, sql: str) -> QueryResult:
+    try:
+        meta = _one(con, "SELECT tree_size, root_hash FROM ledger_index")
+        cursor = con.execute(sql)
+        rows = cursor.fetchall()
+    except duckdb.Error as exc:
+        raise UsageError(f"SQL error: {_one_line(exc)}") from exc
+    assert meta is not None
+    description = cursor.description or []
+    return QueryResult(
+        [d[0] for d in description], [str(d[1]) for d in description], rows,
+        int(meta[0]), str(meta[1]),
+    )

@@ -1,0 +1,1 @@
+"""Recorders that feed a ledger from agent frameworks: :mod:`.openai_agents` (OpenAI Agents SDK)."""

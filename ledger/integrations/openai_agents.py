@@ -1,0 +1,531 @@
+"""Record runs of the OpenAI Agents SDK (``openai-agents`` 0.20 - 0.24) into a ledger.
+
+Usage::
+
+    recorder = Recorder("./.evidence")
+    result = await recorder.run(agent, "hello", session=SQLiteSession("s1", "chat.db"))
+    if result.interruptions:
+        state = result.to_state()      # or RunState.from_json(agent, json) in another process
+        for item in state.get_interruptions():
+            recorder.approve(state, item, approver="alice", reason="checked")
+        result = await recorder.run(agent, state, session=SQLiteSession("s1", "chat.db"))
+
+:meth:`Recorder.run` and :meth:`Recorder.run_streamed` take the arguments of
+``Runner.run`` / ``Runner.run_streamed``. Before each run they :func:`attach` recording
+to the starting agent and to every agent reachable from it through ``Agent.as_tool`` or
+an ``Agent`` listed in ``handoffs`` (call :func:`attach` on the target of a ``Handoff``
+object yourself), and wrap the ``session`` argument in a :class:`RecordedSession`.
+What is recorded, and from where:
+
+- ``call``: each ``function_call`` in a model response (``on_llm_end`` agent hook);
+- ``tool_policy``: each per-call result of a callable ``needs_approval`` (wrapped);
+- ``decision``: :meth:`Recorder.approve` / :meth:`Recorder.reject`, which then apply it
+  (``RunState.approve`` / ``reject`` call no callback);
+- ``execution``: each finished function tool (``on_tool_end`` agent hook), its result
+  converted the way the SDK converts it for the ``function_call_output`` item;
+- ``guardrail``: a tool input guardrail that did not allow a call (wrapped: the SDK fires
+  no hook for it);
+- ``session_item``: each item the wrapped session accepted or removed;
+- ``run_end``: the end of every leg of a run (``completed``, ``interrupted``, ``failed``).
+
+Agent hooks the user set are kept and still called (after recording). Hooks given to
+``Runner.run`` do not reach agents run through ``Agent.as_tool``, hence agent hooks.
+
+Run id: a fresh run gets a random id (32 hex digits), stored in the run context under
+:data:`RUN_ID_KEY`: a ``None`` context becomes ``{RUN_ID_KEY: run_id}``, a mutable mapping
+gets the key added (so use one context mapping per run). The SDK serializes mapping
+contexts into ``RunState.to_json()`` and restores them in ``RunState.from_json()``, so a
+resumed leg - in this process or another one - finds the same run id there. Other context
+types are refused (:class:`~ledger.errors.UsageError`).
+
+Scope: a call's identity is ``(run_id, scope, call_id)``. ``scope`` is empty at the top
+agent; inside an agent run through ``Agent.as_tool`` it gains the edge
+``"<tool name>:<call_id of the tool call>"``, e.g. ``["ask_expert:call_7"]``, one edge per
+level of nesting. The edge is set while the agent tool runs (a context variable), so the
+nested agent's calls, executions and policies carry it, on resume as well.
+
+Limits: attached agents must run through a recorder (their hooks raise
+:class:`~ledger.errors.UsageError` otherwise); a session write outside a recorded run is
+recorded with ``run_id=""``; a streamed run whose events are not read to the end is
+recorded as ``failed``; handoff calls are recorded as calls but not as executions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agents import (
+    Agent,
+    AgentHooks,
+    FunctionTool,
+    ItemHelpers,
+    ModelResponse,
+    RunContextWrapper,
+    Runner,
+    RunResult,
+    RunResultStreaming,
+    RunState,
+    Session,
+    ToolInputGuardrail,
+)
+from agents.exceptions import UserError
+from agents.items import ToolApprovalItem
+from agents.stream_events import StreamEvent
+from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE, Tool
+from agents.tool_context import ToolContext
+from agents.tool_guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrailData
+from openai.types.responses import ResponseFunctionToolCall
+
+from ..errors import UsageError
+from ..log import Ledger
+from ..writer import EvidenceWriter, Scope
+
+__all__ = [
+    "RUN_ID_KEY", "RecordedSession", "Recorder", "attach", "persisted_output", "state_run_id",
+]
+
+RUN_ID_KEY = "evidence_ledger_run_id"
+"""Key of the run id in a mapping run context."""
+
+_MARK = "_evidence_ledger_attached"
+
+
+@dataclass(frozen=True)
+class _Frame:
+    writer: EvidenceWriter
+    run_id: str
+    scope: Scope = ()
+
+
+_FRAME: ContextVar[_Frame | None] = ContextVar("evidence_ledger_frame", default=None)
+
+
+def _frame() -> _Frame:
+    frame = _FRAME.get()
+    if frame is None:
+        raise UsageError("an attached agent ran outside Recorder.run / Recorder.run_streamed")
+    return frame
+
+
+@contextlib.contextmanager
+def _entered(frame: _Frame) -> Iterator[None]:
+    token = _FRAME.set(frame)
+    try:
+        yield
+    finally:
+        _FRAME.reset(token)
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _status(result: RunResult | RunResultStreaming) -> str:
+    return "interrupted" if result.interruptions else "completed"
+
+
+def persisted_output(context: ToolContext[Any], tool: FunctionTool, result: Any) -> Any:
+    """The ``output`` the SDK puts in the ``function_call_output`` item for ``result``.
+
+    A string stays as it is; a list of content parts (``ToolOutputText`` and friends)
+    becomes a list of dicts; a tool with a declared output schema gives compact JSON
+    text; anything else becomes ``str(result)``.
+    """
+    call = context.tool_call or ResponseFunctionToolCall(
+        type="function_call", call_id=context.tool_call_id, name=context.tool_name,
+        arguments=context.tool_arguments,
+    )
+    try:
+        item = ItemHelpers.tool_call_output_item(
+            call, result, output_json_schema=tool.output_json_schema,
+            output_type_adapter=getattr(tool, "_output_type_adapter", None),
+        )
+    except UserError:  # the SDK bypasses the output schema for error messages
+        item = ItemHelpers.tool_call_output_item(call, result)
+    return item["output"]
+
+
+class Recorder:
+    """Records agent runs into a ledger; see the module docstring.
+
+    Args:
+        ledger: an :class:`EvidenceWriter`, a :class:`Ledger`, or a ledger directory.
+    """
+
+    def __init__(self, ledger: EvidenceWriter | Ledger | str | os.PathLike[str]) -> None:
+        self.writer = ledger if isinstance(ledger, EvidenceWriter) else EvidenceWriter(ledger)
+
+    # -- running -----------------------------------------------------------------------
+
+    async def run(self, agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
+        """``Runner.run(agent, input, **kwargs)``, recorded.
+
+        ``input`` is a string, a list of input items, or a :class:`RunState` to resume.
+        Every leg ends with a ``run_end`` entry: ``failed`` when the SDK raises (the
+        exception propagates), else ``interrupted`` or ``completed``.
+
+        Raises:
+            UsageError: if the context is not a mapping, or a RunState carries no run id.
+        """
+        frame = self._start(agent, input, kwargs)
+        with self._leg(frame):
+            result = await Runner.run(agent, input, **kwargs)
+        self.writer.run_end(run_id=frame.run_id, status=_status(result))
+        return result
+
+    def run_streamed(self, agent: Agent[Any], input: Any, **kwargs: Any) -> RunResultStreaming:
+        """``Runner.run_streamed(agent, input, **kwargs)``, recorded.
+
+        The ``run_end`` entry is written when ``stream_events()`` ends, before it returns
+        to the caller: ``failed`` when it raises or is left before its end.
+
+        Raises:
+            UsageError: as :meth:`run`.
+        """
+        frame = self._start(agent, input, kwargs)
+        with self._leg(frame):  # the SDK's run task copies the context variable
+            result = Runner.run_streamed(agent, input, **kwargs)
+        events = result.stream_events
+
+        async def recorded_events() -> AsyncIterator[StreamEvent]:
+            status = "failed"
+            try:
+                async for event in events():
+                    yield event
+                status = _status(result)
+            finally:
+                self.writer.run_end(run_id=frame.run_id, status=status)
+
+        result.stream_events = recorded_events  # type: ignore[method-assign]
+        return result
+
+    @contextlib.contextmanager
+    def _leg(self, frame: _Frame) -> Iterator[None]:
+        """Run the block inside ``frame``; record ``failed`` if it raises."""
+        with _entered(frame):
+            try:
+                yield
+            except BaseException:
+                self.writer.run_end(run_id=frame.run_id, status="failed")
+                raise
+
+    def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> _Frame:
+        attach(agent)
+        session = kwargs.get("session")
+        if session is not None and not isinstance(session, RecordedSession):
+            kwargs["session"] = RecordedSession(self.writer, session)
+        if isinstance(input, RunState):
+            return _Frame(self.writer, state_run_id(input))
+        run_id = uuid.uuid4().hex
+        context = kwargs.get("context")
+        if context is None:
+            kwargs["context"] = {RUN_ID_KEY: run_id}
+        elif isinstance(context, MutableMapping):
+            context[RUN_ID_KEY] = run_id
+        else:
+            raise UsageError(
+                f"the recorder keeps its run id in a mapping run context, not in a "
+                f"{type(context).__name__}"
+            )
+        return _Frame(self.writer, run_id)
+
+    # -- decisions ---------------------------------------------------------------------
+
+    def approve(
+        self,
+        state: RunState[Any, Any],
+        item: ToolApprovalItem,
+        *,
+        approver: str,
+        reason: str | None = None,
+        always: bool = False,
+    ) -> None:
+        """Record an ``approve`` decision for ``item``'s call, then apply it to ``state``.
+
+        ``item`` is an interruption the approver was shown (from ``result.interruptions``
+        or ``state.get_interruptions()``); its arguments are recorded as what was shown.
+        ``always=True`` approves the agent's tool for the rest of the run.
+
+        Raises:
+            UsageError: if ``state`` has no pending interruption with ``item``'s call id,
+                or the call was not recorded in this run (or is ambiguous).
+        """
+        pending, run_id, scope = self._pending(state, item)
+        with self.writer.atomic():  # nothing is recorded if the SDK refuses
+            self._decision(run_id, scope, item, "approve", approver, reason, None, always)
+            state.approve(pending, always_approve=always)
+
+    def reject(
+        self,
+        state: RunState[Any, Any],
+        item: ToolApprovalItem,
+        *,
+        approver: str,
+        reason: str | None = None,
+        message: str | None = None,
+        always: bool = False,
+    ) -> None:
+        """Record a ``reject`` decision for ``item``'s call, then apply it to ``state``.
+
+        ``message`` is the text the SDK persists as the call's output; ``None`` means the
+        SDK's default (``"Tool execution was not approved."``), which is then passed to
+        the SDK explicitly so that the recorded and persisted texts agree (a run-level
+        ``tool_error_formatter`` is not consulted for these rejections).
+
+        Raises:
+            UsageError: as :meth:`approve`.
+        """
+        pending, run_id, scope = self._pending(state, item)
+        text = DEFAULT_APPROVAL_REJECTION_MESSAGE if message is None else message
+        with self.writer.atomic():
+            self._decision(run_id, scope, item, "reject", approver, reason, text, always)
+            state.reject(pending, always_reject=always, rejection_message=text)
+
+    def _pending(
+        self, state: RunState[Any, Any], item: ToolApprovalItem
+    ) -> tuple[ToolApprovalItem, str, Scope]:
+        run_id = state_run_id(state)
+        matches = [i for i in state.get_interruptions() if i.call_id == item.call_id]
+        if not matches:
+            raise UsageError(f"no pending interruption with call_id {item.call_id!r}")
+        scopes = self.writer.call_scopes(run_id, str(item.call_id))
+        if len(scopes) != 1:
+            found = "was not recorded" if not scopes else f"is in {len(scopes)} scopes"
+            raise UsageError(f"call {item.call_id!r} of run {run_id} {found}")
+        return matches[0], run_id, scopes[0]
+
+    def _decision(
+        self, run_id: str, scope: Scope, item: ToolApprovalItem, decision: str,
+        approver: str, reason: str | None, message: str | None, always: bool,
+    ) -> None:
+        self.writer.decision(
+            run_id=run_id, call_id=str(item.call_id), decision=decision, approver=approver,
+            scope=scope, always=always, reason=reason, message=message,
+            arguments=item.arguments, agent=item.agent.name, tool=item.tool_name,
+        )
+
+
+def attach(agent: Agent[Any]) -> Agent[Any]:
+    """Attach recording to ``agent`` and the agents reachable from it, in place.
+
+    Reachable: agents run through ``Agent.as_tool`` and ``Agent`` objects in ``handoffs``.
+    Sets a chaining agent hook on each agent and wraps its function tools (agent-as-tool
+    scope, callable ``needs_approval``, tool input guardrails). Idempotent; the hooks and
+    wrappers record through whichever :class:`Recorder` runs the agent (a tool object
+    shared by several agents names the first one in its ``tool_policy`` entries).
+    Returns ``agent``.
+    """
+    todo, seen = [agent], set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if _claim(current):
+            current.hooks = _RecordingHooks(current.hooks)
+        for tool in current.tools:
+            if isinstance(tool, FunctionTool) and _claim(tool):
+                _wrap_tool(current, tool)
+            nested = getattr(tool, "_agent_instance", None)
+            if isinstance(nested, Agent):
+                todo.append(nested)
+        todo.extend(h for h in current.handoffs if isinstance(h, Agent))
+    return agent
+
+
+def _claim(obj: Agent[Any] | FunctionTool) -> bool:
+    """Mark ``obj`` as attached; False if it already was."""
+    if getattr(obj, _MARK, False):
+        return False
+    setattr(obj, _MARK, True)
+    return True
+
+
+def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
+    if getattr(tool, "_agent_instance", None) is not None:
+        invoke = tool.on_invoke_tool
+
+        async def invoke_in_scope(context: ToolContext[Any], arguments: str) -> Any:
+            outer = _frame()
+            edge = f"{tool.name}:{context.tool_call_id}"
+            with _entered(replace(outer, scope=(*outer.scope, edge))):
+                return await invoke(context, arguments)
+
+        tool.on_invoke_tool = invoke_in_scope
+    if callable(tool.needs_approval):
+        policy = tool.needs_approval
+
+        async def recorded_policy(context: Any, params: Any, call_id: str) -> Any:
+            decided: Any = policy(context, params, call_id)
+            if inspect.isawaitable(decided):
+                decided = await decided
+            frame = _frame()
+            frame.writer.tool_policy(
+                run_id=frame.run_id, agent=agent.name, tool=tool.name,
+                needs_approval=bool(decided), scope=frame.scope, policy="callable",
+                call_id=call_id,
+            )
+            return decided
+
+        tool.needs_approval = recorded_policy
+    if tool.tool_input_guardrails:
+        tool.tool_input_guardrails = [
+            _recorded_guardrail(tool, g) for g in tool.tool_input_guardrails
+        ]
+
+
+def _recorded_guardrail(
+    tool: FunctionTool, guardrail: ToolInputGuardrail[Any]
+) -> ToolInputGuardrail[Any]:
+    name = guardrail.get_name()
+
+    async def recorded(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        output = await guardrail.run(data)
+        if output.behavior["type"] != "allow":
+            frame, message = _frame(), output.behavior.get("message")
+            frame.writer.guardrail(
+                run_id=frame.run_id, call_id=data.context.tool_call_id, guardrail=name,
+                message=message if isinstance(message, str) else None, scope=frame.scope,
+                agent=data.agent.name, tool=tool.name,
+            )
+        return output
+
+    return ToolInputGuardrail(guardrail_function=recorded, name=name)
+
+
+def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
+    frame = _frame()
+    tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool)}
+    with frame.writer.atomic():
+        for item in response.output:
+            if _field(item, "type") != "function_call":
+                continue
+            name = _field(item, "name")
+            policy = getattr(tools.get(name), "needs_approval", None)
+            frame.writer.call(
+                run_id=frame.run_id, call_id=_field(item, "call_id"), agent=agent.name,
+                tool=name, arguments=_field(item, "arguments"), scope=frame.scope,
+                needs_approval=policy if isinstance(policy, bool) else None,
+                response_id=response.response_id,
+            )
+
+
+def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
+    if not (isinstance(context, ToolContext) and isinstance(tool, FunctionTool)):
+        return  # hosted, shell and computer tools carry no call id here
+    frame = _frame()
+    frame.writer.execution(
+        run_id=frame.run_id, call_id=context.tool_call_id, arguments=context.tool_arguments,
+        scope=frame.scope, agent=agent.name, tool=tool.name,
+        result=persisted_output(context, tool, result),
+    )
+
+
+def state_run_id(state: RunState[Any, Any]) -> str:
+    """The run id a :class:`RunState` carries in its mapping context.
+
+    Raises:
+        UsageError: if the state's context holds no run id (the run was not recorded).
+    """
+    wrapper: RunContextWrapper[Any] | None = getattr(state, "_context", None)
+    context = wrapper.context if wrapper is not None else None
+    run_id = context.get(RUN_ID_KEY) if isinstance(context, Mapping) else None
+    if not isinstance(run_id, str):
+        raise UsageError(f"the RunState's context has no {RUN_ID_KEY!r}: not a recorded run")
+    return run_id
+
+
+class _RecordingHooks(AgentHooks[Any]):
+    """Agent hooks that record, then call the hooks the user had set (``inner``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def _forward(self, name: str, *args: Any) -> None:
+        if self.inner is not None:
+            await getattr(self.inner, name)(*args)
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        await self._forward("on_start", context, agent)
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        await self._forward("on_end", context, agent, output)
+
+    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
+        await self._forward("on_handoff", context, agent, source)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        await self._forward("on_tool_start", context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        _record_execution(context, agent, tool, result)
+        await self._forward("on_tool_end", context, agent, tool, result)
+
+    async def on_llm_start(self, context: Any, agent: Any, *args: Any) -> None:
+        await self._forward("on_llm_start", context, agent, *args)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        _record_calls(agent, response)
+        await self._forward("on_llm_end", context, agent, response)
+
+
+class RecordedSession:
+    """A :class:`agents.Session` that records what the wrapped session stores.
+
+    Each item passed to ``add_items`` is recorded (``session_item``, ``op="add"``) after
+    the inner session accepted the batch; ``pop_item`` records ``op="pop"`` with the
+    item removed, ``clear_session`` records ``op="clear"``. Reads are not recorded.
+    Items are mappings (``function_call``: call_id, name, arguments;
+    ``function_call_output``: call_id, output; messages: role, content).
+    """
+
+    def __init__(self, writer: EvidenceWriter, inner: Session) -> None:
+        self.writer = writer
+        self.inner = inner
+
+    @property
+    def session_id(self) -> str:
+        """The wrapped session's id."""
+        return self.inner.session_id
+
+    @property
+    def session_settings(self) -> Any:
+        """The wrapped session's settings (``SessionSettings`` or None)."""
+        return getattr(self.inner, "session_settings", None)
+
+    def _record(self, op: str, items: list[Any]) -> None:
+        frame = _FRAME.get() or _Frame(self.writer, "")
+        with self.writer.atomic():
+            for item in items:
+                self.writer.session_item(
+                    run_id=frame.run_id, session_id=self.session_id,
+                    item=None if item is None else dict(item), scope=frame.scope, op=op,
+                )
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The wrapped session's items, oldest first (the latest ``limit`` if given)."""
+        return await self.inner.get_items(limit)
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Store ``items`` in the wrapped session, then record each one."""
+        await self.inner.add_items(items)
+        self._record("add", items)
+
+    async def pop_item(self) -> Any:
+        """Remove and return the latest item (None when empty), recording the removal."""
+        item = await self.inner.pop_item()
+        if item is not None:
+            self._record("pop", [item])
+        return item
+
+    async def clear_session(self) -> None:
+        """Clear the wrapped session, then record ``op="clear"``."""
+        await self.inner.clear_session()
+        self._record("clear", [None])

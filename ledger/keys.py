@@ -1,0 +1,122 @@
+"""Checkpoint signing keys on disk: Ed25519 private keys in the Go ``sumdb/note`` format.
+
+A key file holds one line, ``PRIVATE+KEY+<name>+<hex8 key ID>+<base64(0x01 || seed)>``
+(see :mod:`ledger.note`), mode 0600. The key name is the checkpoint origin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+
+from .errors import StorageError, UsageError
+from .note import KeyFormatError, Signer, is_valid_name
+from .store import LOG_NAME
+
+__all__ = ["KEY_FILE_MODE", "keygen", "load_signer"]
+
+KEY_FILE_MODE = 0o600
+MAX_KEY_FILE = 4096
+
+
+def _ledger_above(path: Path) -> Path | None:
+    """The nearest directory at or above ``path``'s parent that holds a ledger log."""
+    for directory in [path.parent, *path.parent.parents]:
+        if (directory / LOG_NAME).is_file():
+            return directory
+    return None
+
+
+def keygen(origin: str, out_path: str | os.PathLike[str]) -> str:
+    """Create a new Ed25519 key named ``origin``; write the private key to ``out_path``.
+
+    The file is created with mode 0600 and never overwritten.
+
+    Args:
+        origin: key name and checkpoint origin, e.g. ``example.com/ledger``; non-empty,
+            no spaces, no ``+``.
+        out_path: where to write the private key string (a new file).
+
+    Returns:
+        The verifier key string ``name+hex8(keyid)+base64(0x01 || public key)``.
+
+    Raises:
+        UsageError: if the origin is not a valid key name, the file exists, or the path
+            lies inside a ledger directory (whoever copies the ledger would get the key).
+        StorageError: if the file cannot be written.
+    """
+    if not is_valid_name(origin):
+        raise UsageError(f"invalid origin {origin!r}: must be non-empty, without spaces or '+'")
+    path = Path(out_path)
+    ledger_dir = _ledger_above(path.absolute())
+    if ledger_dir is not None:
+        raise UsageError(
+            f"refusing to write a private key inside the ledger directory {ledger_dir}"
+        )
+    signer = Signer.generate(origin)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, KEY_FILE_MODE)
+    except FileExistsError as exc:
+        raise UsageError(f"{path} already exists; refusing to overwrite a key") from exc
+    except FileNotFoundError as exc:
+        raise UsageError(f"cannot create {path}: no such directory") from exc
+    except OSError as exc:
+        raise StorageError(f"cannot create {path}: {exc.strerror}") from exc
+    try:
+        os.fchmod(fd, KEY_FILE_MODE)
+        os.write(fd, (signer.skey + "\n").encode("ascii"))
+        os.fsync(fd)
+    except OSError as exc:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise StorageError(f"cannot write {path}: {exc.strerror}") from exc
+    os.close(fd)
+    return signer.verifier.vkey
+
+
+def load_signer(path: str | os.PathLike[str]) -> Signer:
+    """Load a private key written by :func:`keygen` (or Go ``note.GenerateKey``).
+
+    Refuses a file that is not a regular file, or that the group or others may read or
+    write (mode & 0o077), like ssh does.
+
+    Raises:
+        UsageError: (:class:`~ledger.note.KeyFormatError` for a malformed key) if the
+            file is missing, of the wrong type, too open, or not a private key.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as exc:
+        raise UsageError(f"key file {path} not found") from exc
+    except OSError as exc:
+        raise UsageError(f"cannot open key file {path}: {exc.strerror}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"key file {path} is not a regular file")
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o077:
+            raise UsageError(
+                f"key file {path} has mode {mode:04o}, readable by others; run chmod 600 {path}"
+            )
+        if st.st_size > MAX_KEY_FILE:
+            raise UsageError(f"key file {path} is {st.st_size} bytes; not a private key")
+        raw = os.read(fd, MAX_KEY_FILE + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read key file {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise KeyFormatError(f"key file {path} is not a private key (not ASCII)") from exc
+    if text.endswith("\n"):
+        text = text[:-1]
+    try:
+        return Signer.from_skey(text)
+    except KeyFormatError as exc:
+        raise KeyFormatError(f"key file {path}: {exc}") from exc

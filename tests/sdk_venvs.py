@@ -1,0 +1,70 @@
+"""Throwaway virtual environments, one per pinned openai-agents release.
+
+``sdk_venv("0.22.3")`` returns the ``bin/`` folder of ``<repo>/.cache/sdk-venvs/0.22.3``,
+building it on first use: ``python -m venv``, then ``pip install`` of the project's runtime
+dependencies (read from ``pyproject.toml``) with ``openai-agents==<version>``, then the
+project itself with ``pip install --no-deps -e <repo>``. A ``.installed`` marker listing
+the requirements, written after a successful install, makes later calls return at once;
+a venv without it (half built) or with other requirements is removed and built again.
+
+Also runnable: ``python tests/sdk_venvs.py 0.20.0 0.22.3`` builds those venvs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VENVS_DIR = REPO_ROOT / ".cache" / "sdk-venvs"
+MARKER = ".installed"
+SDK = "openai-agents"
+
+
+def runtime_requirements(version: str) -> list[str]:
+    """The project's runtime requirements with openai-agents pinned to ``version``."""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    others = [req for req in project["dependencies"] if not req.startswith(SDK)]
+    return [*others, f"{SDK}=={version}"]
+
+
+def sdk_venv(version: str) -> Path:
+    """The ``bin/`` folder of a venv holding openai-agents ``version`` and this project.
+
+    Raises:
+        RuntimeError: if ``venv`` or ``pip`` fails (the message ends with its output).
+    """
+    venv, requirements = VENVS_DIR / version, runtime_requirements(version)
+    bin_dir, marker = venv / "bin", venv / MARKER
+    if marker.exists() and marker.read_text("utf-8").splitlines() == requirements:
+        return bin_dir
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    _run([sys.executable, "-m", "venv", str(venv)])
+    pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
+    _run([*pip, *requirements])
+    _run([*pip, "--no-deps", "-e", str(REPO_ROOT)])
+    marker.write_text("\n".join(requirements) + "\n", "utf-8")
+    return bin_dir
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-4000:]}")
+
+
+def sdk_env() -> dict[str, str]:
+    """Environment for subprocesses in an SDK venv: tracing off, no inherited venv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
+    return env
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        print(sdk_venv(arg))

@@ -1,0 +1,379 @@
+"""The openai-agents recorder on the installed SDK: what it records, and that it verifies."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+
+from agents import (
+    Agent,
+    AgentHooks,
+    Runner,
+    RunState,
+    SQLiteSession,
+    ToolGuardrailFunctionOutput,
+    ToolOutputText,
+    function_tool,
+    tool_input_guardrail,
+)
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.version import __version__ as SDK_VERSION
+
+from ledger.audit import verify_ledger
+from ledger.entries import Entry
+from ledger.errors import UsageError
+from ledger.integrations.openai_agents import (
+    RUN_ID_KEY,
+    RecordedSession,
+    Recorder,
+    state_run_id,
+)
+from ledger.log import Ledger
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DEFAULT_REJECTION = b"Tool execution was not approved."
+
+
+def load_example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def entries(directory: Path) -> list[Entry]:
+    return [entry for entry, _ in Ledger(directory).entries()]
+
+
+def of_kind(found: list[Entry], kind: str) -> list[dict[str, Any]]:
+    return [e.body for e in found if e.kind == kind]
+
+
+def assert_verifies(directory: Path) -> None:
+    assert verify_ledger(Ledger(directory)).violations == []
+
+
+def scripted(*steps: list[Any]) -> ScriptedModel:
+    return ScriptedModel([ModelStep(output=step) for step in steps])
+
+
+# -- the approval-flow example ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_approval_flow_records_every_step(tmp_path: Path, streamed: bool) -> None:
+    await load_example("approval_flow").main(str(tmp_path), streamed=streamed)
+    found = entries(tmp_path)
+
+    assert {e.body["run_id"] for e in found} == {of_kind(found, "run_end")[0]["run_id"]}
+    assert [b["status"] for b in of_kind(found, "run_end")] == ["interrupted", "completed"]
+
+    calls = {b["call_id"]: b for b in of_kind(found, "call")}
+    assert {(tuple(b["scope"]), c, b["tool"], b["needs_approval"]) for c, b in calls.items()} == {
+        ((), "c-lookup", "lookup_order", False),
+        ((), "c-refund-1", "refund", True),
+        ((), "c-email", "send_email", True),
+        ((), "c-billing", "ask_billing", False),
+        (("ask_billing:c-billing",), "c-credit", "issue_credit", True),
+        ((), "c-refund-2", "refund", True),
+    }
+
+    decisions = {b["call_id"]: b for b in of_kind(found, "decision")}
+    assert {c: (b["decision"], b["always"], b["approver"]) for c, b in decisions.items()} == {
+        "c-refund-1": ("approve", True, "alice"),
+        "c-email": ("reject", False, "alice"),
+        "c-credit": ("approve", False, "bob"),
+    }
+    assert decisions["c-credit"]["scope"] == ["ask_billing:c-billing"]
+    for call_id, decision in decisions.items():
+        assert decision["args_digest"] == calls[call_id]["args_digest"]
+    assert decisions["c-email"]["message_digest"] == hashlib.sha256(DEFAULT_REJECTION).digest()
+
+    executions = {b["call_id"]: b for b in of_kind(found, "execution")}
+    assert set(executions) == {"c-lookup", "c-refund-1", "c-billing", "c-credit", "c-refund-2"}
+    assert executions["c-credit"]["scope"] == ["ask_billing:c-billing"]
+    for call_id, execution in executions.items():
+        assert execution["args_digest"] == calls[call_id]["args_digest"]
+
+    seqs = {(e.kind, e.body.get("call_id"), e.body.get("status")): e.seq for e in found}
+    paused = seqs[("run_end", None, "interrupted")]
+    assert paused < seqs[("decision", "c-refund-1", None)] < seqs[("execution", "c-refund-1", None)]
+    assert paused < seqs[("decision", "c-credit", None)] < seqs[("execution", "c-credit", None)]
+
+    session = of_kind(found, "session_item")
+    assert {b["session_id"] for b in session} == {"support-4711"}
+    outputs = {b["call_id"]: b for b in session if b["item_type"] == "function_call_output"}
+    assert set(outputs) == {"c-lookup", "c-refund-1", "c-email", "c-billing", "c-refund-2"}
+    for call_id, output in outputs.items():
+        source = decisions[call_id]["message_digest"] if call_id == "c-email" else (
+            executions[call_id]["result_digest"])
+        assert output["output_digest"] == source, call_id
+    persisted_calls = [b["call_id"] for b in session if b["item_type"] == "function_call"]
+    assert sorted(persisted_calls) == sorted(outputs)
+    assert_verifies(tmp_path)
+
+
+async def test_run_id_survives_the_run_state_json_round_trip(tmp_path: Path) -> None:
+    flow = load_example("approval_flow")
+    agent = flow.build_agent()
+    paused = await Recorder(tmp_path).run(agent, "refund please")
+    text = json.dumps(paused.to_state().to_json())
+    run_id = of_kind(entries(tmp_path), "run_end")[0]["run_id"]
+
+    assert json.loads(text)["context"]["context"] == {RUN_ID_KEY: run_id}
+    state = await RunState.from_json(flow.build_agent(), json.loads(text))
+    assert state_run_id(state) == run_id
+
+
+# -- the orphan-output case ----------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    tuple(map(int, SDK_VERSION.split(".")[:2])) < (0, 24),
+    reason="openai-agents 0.22 - 0.23 drop the function_call (see test_release_matrix.py)",
+)
+async def test_orphan_case_records_clean_on_fixed_sdk(tmp_path: Path) -> None:
+    items = await load_example("orphan_output_on_resume").main(str(tmp_path))
+
+    assert [(i.get("type"), i.get("call_id")) for i in items if "call_id" in i] == [
+        ("function_call", "c-lookup"), ("function_call_output", "c-lookup"),
+        ("function_call", "c-update"), ("function_call_output", "c-update"),
+    ]
+    decision = of_kind(entries(tmp_path), "decision")
+    assert [(b["call_id"], b["decision"]) for b in decision] == [("c-update", "approve")]
+    assert_verifies(tmp_path)
+
+
+# -- hooks, outputs, policies, guardrails ------------------------------------------------
+
+
+class UserHooks(AgentHooks[Any]):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        self.seen.append(f"start {agent.name}")
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        self.seen.append(f"llm_end {agent.name}")
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        self.seen.append(f"tool_start {tool.name}")
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        self.seen.append(f"tool_end {tool.name}={result}")
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        self.seen.append(f"end {agent.name}")
+
+
+@function_tool
+def echo(text: str) -> str:
+    """Echo."""
+    return text
+
+
+async def test_hooks_the_user_set_still_fire(tmp_path: Path) -> None:
+    inner_hooks, outer_hooks = UserHooks(), UserHooks()
+    inner = Agent(
+        name="inner", tools=[echo], hooks=inner_hooks,
+        model=scripted([function_call("echo", {"text": "hi"}, call_id="c-echo")],
+                       [assistant_message("inner done")]),
+    )
+    outer = Agent(
+        name="outer", hooks=outer_hooks,
+        tools=[inner.as_tool(tool_name="ask_inner", tool_description="Ask inner.")],
+        model=scripted([function_call("ask_inner", {"input": "x"}, call_id="c-ask")],
+                       [assistant_message("outer done")]),
+    )
+    result = await Recorder(tmp_path).run(outer, "go")
+
+    assert result.final_output == "outer done"
+    assert inner_hooks.seen == [
+        "start inner", "llm_end inner", "tool_start echo", "tool_end echo=hi",
+        "llm_end inner", "end inner",
+    ]
+    assert outer_hooks.seen == [
+        "start outer", "llm_end outer", "tool_start ask_inner", "tool_end ask_inner=inner done",
+        "llm_end outer", "end outer",
+    ]
+    executions = {b["call_id"]: b["scope"] for b in of_kind(entries(tmp_path), "execution")}
+    assert executions == {"c-echo": ["ask_inner:c-ask"], "c-ask": []}
+    assert_verifies(tmp_path)
+
+
+@function_tool
+def as_dict(key: str) -> dict[str, Any]:
+    """A dict result (the SDK persists its str())."""
+    return {"key": key, "n": [1, 2]}
+
+
+@function_tool
+def as_parts(key: str) -> list[ToolOutputText]:
+    """A structured result (the SDK persists a list of content parts)."""
+    return [ToolOutputText(text=f"part {key}")]
+
+
+async def test_execution_results_are_digested_like_persisted_outputs(tmp_path: Path) -> None:
+    agent = Agent(
+        name="shapes", tools=[as_dict, as_parts],
+        model=scripted(
+            [function_call("as_dict", {"key": "a"}, call_id="c-dict"),
+             function_call("as_parts", {"key": "b"}, call_id="c-parts")],
+            [assistant_message("done")],
+        ),
+    )
+    session = SQLiteSession("shapes", ":memory:")
+    await Recorder(tmp_path).run(agent, "go", session=session)
+
+    found = entries(tmp_path)
+    results = {b["call_id"]: b["result_digest"] for b in of_kind(found, "execution")}
+    outputs = {b["call_id"]: b["output_digest"] for b in of_kind(found, "session_item")
+               if b["item_type"] == "function_call_output"}
+    assert results == outputs
+    persisted = {i["call_id"]: i["output"] for i in await session.get_items()
+                 if i.get("type") == "function_call_output"}
+    assert persisted["c-dict"] == "{'key': 'a', 'n': [1, 2]}"
+    assert isinstance(persisted["c-parts"], list)
+    assert_verifies(tmp_path)
+
+
+async def test_callable_needs_approval_is_recorded_per_call(tmp_path: Path) -> None:
+    def large(context: Any, params: dict[str, Any], call_id: str) -> bool:
+        return int(params["amount"]) > 100
+
+    @function_tool(needs_approval=large)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    agent = Agent(
+        name="payer", tools=[pay],
+        model=scripted(
+            [function_call("pay", {"amount": 5}, call_id="c-small"),
+             function_call("pay", {"amount": 500}, call_id="c-large")],
+            [assistant_message("done")],
+        ),
+    )
+    recorder = Recorder(tmp_path)
+    paused = await recorder.run(agent, "pay")
+    state = paused.to_state()
+    [pending] = state.get_interruptions()
+    recorder.approve(state, pending, approver="carol")
+    await recorder.run(agent, state)
+
+    found = entries(tmp_path)
+    assert {b["call_id"]: b["needs_approval"] for b in of_kind(found, "call")} == {
+        "c-small": None, "c-large": None,
+    }
+    policies = of_kind(found, "tool_policy")
+    assert {(b["call_id"], b["needs_approval"], b["policy"]) for b in policies} == {
+        ("c-small", False, "callable"), ("c-large", True, "callable"),
+    }
+    assert {b["call_id"] for b in of_kind(found, "execution")} == {"c-small", "c-large"}
+    assert_verifies(tmp_path)
+
+
+async def test_tool_input_guardrail_block_and_custom_rejection(tmp_path: Path) -> None:
+    @tool_input_guardrail
+    def no_root(data: Any) -> ToolGuardrailFunctionOutput:
+        if "root" in data.context.tool_arguments:
+            return ToolGuardrailFunctionOutput.reject_content("root is off limits")
+        return ToolGuardrailFunctionOutput.allow()
+
+    @function_tool(tool_input_guardrails=[no_root])
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return f"contents of {path}"
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file (gated)."""
+        return f"deleted {path}"
+
+    agent = Agent(
+        name="files", tools=[read_file, delete_file],
+        model=scripted(
+            [function_call("read_file", {"path": "/root/x"}, call_id="c-read"),
+             function_call("delete_file", {"path": "/tmp/y"}, call_id="c-del")],
+            [assistant_message("done")],
+        ),
+    )
+    session = SQLiteSession("files", ":memory:")
+    recorder = Recorder(tmp_path)
+    paused = await recorder.run(agent, "clean up", session=session)
+    state = paused.to_state()
+    recorder.reject(state, paused.interruptions[0], approver="dan", message="not today")
+    await recorder.run(agent, state, session=session)
+
+    found = entries(tmp_path)
+    assert of_kind(found, "execution") == []
+    [block] = of_kind(found, "guardrail")
+    assert (block["call_id"], block["guardrail"]) == ("c-read", "no_root")
+    outputs = {b["call_id"]: b["output_digest"] for b in of_kind(found, "session_item")
+               if b["item_type"] == "function_call_output"}
+    assert outputs["c-read"] == block["message_digest"] == hashlib.sha256(
+        b"root is off limits").digest()
+    [decision] = of_kind(found, "decision")
+    assert outputs["c-del"] == decision["message_digest"] == hashlib.sha256(b"not today").digest()
+    assert_verifies(tmp_path)
+
+
+# -- sessions, failures, misuse ----------------------------------------------------------
+
+
+async def test_session_removals_are_recorded(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path)
+    session = RecordedSession(recorder.writer, SQLiteSession("edit", ":memory:"))
+    await session.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    popped = await session.pop_item()
+    await session.clear_session()
+
+    assert popped == {"role": "user", "content": "b"}
+    assert await session.get_items() == []
+    items = of_kind(entries(tmp_path), "session_item")
+    assert [(b["run_id"], b["op"], b["item_type"]) for b in items] == [
+        ("", "add", "message"), ("", "add", "message"), ("", "pop", "message"), ("", "clear", None),
+    ]
+
+
+async def test_a_failing_run_ends_failed(tmp_path: Path) -> None:
+    agent = Agent(name="broken", model=ScriptedModel([ModelStep(error=RuntimeError("down"))]))
+    with pytest.raises(RuntimeError, match="down"):
+        await Recorder(tmp_path).run(agent, "go")
+    assert [b["status"] for b in of_kind(entries(tmp_path), "run_end")] == ["failed"]
+
+
+async def test_misuse_is_refused(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path)
+    agent = Agent(name="plain", model=scripted([assistant_message("hi")]))
+    with pytest.raises(UsageError, match="mapping run context"):
+        await recorder.run(agent, "go", context=object())
+    with pytest.raises(UsageError, match="outside Recorder"):
+        await Runner.run(agent, "go")  # attached by the call above
+
+    unrecorded = RunState(context=None, original_input="x", starting_agent=agent)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="not a recorded run"):
+        state_run_id(unrecorded)
+
+    gated = function_tool(needs_approval=True)(lambda: "ok")
+    gated_agent = Agent(name="g", tools=[gated], model=scripted(
+        [function_call(gated.name, {}, call_id="c-1")], [assistant_message("done")]))
+    state = (await recorder.run(gated_agent, "go")).to_state()
+    [pending] = state.get_interruptions()
+    stranger = pending.__class__(agent=pending.agent, raw_item=function_call(
+        gated.name, {}, call_id="c-unknown"))
+    with pytest.raises(UsageError, match="no pending interruption"):
+        recorder.approve(state, stranger, approver="eve")

@@ -1,0 +1,253 @@
+"""The transparency-log commands through the real CLI: exact exit codes and output.
+
+``checkpoint`` output is checked by a minimal, independent C2SP signed-note and
+tlog-checkpoint verifier written here from the specs (c2sp.org/signed-note,
+c2sp.org/tlog-checkpoint), sharing no code with ``ledger.note``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ledger.checkpoint import Checkpoint
+from ledger.keys import load_signer
+from ledger.log import Ledger
+from ledger.merkle import leaf_hash
+from ledger.note import sign_note
+from ledger.proof_verify import verify_consistency, verify_inclusion
+from ledger.writer import EvidenceWriter
+from tests.helpers import run_cli
+
+ORIGIN = "ledger.example/cli"
+
+
+def spec_verify_checkpoint(note: bytes, vkey: str) -> tuple[str, int, bytes]:
+    """A from-the-spec verifier: returns (origin, size, root) or raises AssertionError."""
+    name, key_hex, key_b64 = vkey.split("+", 2)
+    key = base64.b64decode(key_b64, validate=True)
+    assert key[0] == 0x01 and len(key) == 33  # Ed25519
+    assert hashlib.sha256(name.encode() + b"\n" + key).digest()[:4] == bytes.fromhex(key_hex)
+    text_str = note.decode("utf-8")
+    assert not re.search(r"[\x00-\x09\x0b-\x1f]", text_str)
+    text, sep, sigs = text_str.rpartition("\n\n")
+    assert sep and sigs.endswith("\n")
+    body = (text + "\n").encode()
+    verified = False
+    for line in sigs[:-1].split("\n"):
+        match = re.fullmatch(r"\u2014 (\S+) ([A-Za-z0-9+/]+=*)", line)
+        assert match, line
+        raw = base64.b64decode(match.group(2), validate=True)
+        if match.group(1) == name and raw[:4] == bytes.fromhex(key_hex):
+            Ed25519PublicKey.from_public_bytes(key[1:]).verify(raw[4:], body)  # raises if bad
+            verified = True
+    assert verified
+    lines = text.split("\n")
+    assert len(lines) >= 3 and lines[0] and re.fullmatch(r"0|[1-9][0-9]*", lines[1])
+    root = base64.b64decode(lines[2], validate=True)
+    assert len(root) == 32
+    return lines[0], int(lines[1]), root
+
+
+@pytest.fixture
+def book(tmp_path) -> Path:
+    path = tmp_path / "ledger"
+    writer = EvidenceWriter(path)
+    with writer.atomic():
+        for i in range(21):
+            writer.run_end(run_id=f"r{i}", status="completed")
+    return path
+
+
+@pytest.fixture
+def key(tmp_path) -> tuple[Path, str]:
+    path = tmp_path / "keys" / "log.key"
+    path.parent.mkdir()
+    result = run_cli("keygen", "--origin", ORIGIN, "--out", str(path))
+    assert result.code == 0, result.err
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    return path, result.out.strip()
+
+
+def _one_line_error(result, code: int) -> str:
+    assert result.code == code, (result.code, result.out, result.err)
+    assert result.err.count("\n") == 1, result.err
+    return result.err
+
+
+def test_keygen_prints_the_verifier_key(key):
+    path, vkey = key
+    assert re.fullmatch(rf"{re.escape(ORIGIN)}\+[0-9a-f]{{8}}\+[A-Za-z0-9+/]{{44}}", vkey)
+    assert load_signer(path).verifier.vkey == vkey
+    err = _one_line_error(run_cli("keygen", "--origin", ORIGIN, "--out", str(path)), 2)
+    assert "already exists" in err
+
+
+def test_checkpoint_output_is_a_c2sp_checkpoint_and_is_stored(book, key):
+    path, vkey = key
+    result = run_cli("checkpoint", "--ledger", str(book), "--key", str(path))
+    assert result.code == 0, result.err
+    stored = (book / "checkpoints" / "00000001.note").read_bytes()
+    assert result.out.encode() == stored
+    origin, size, root = spec_verify_checkpoint(stored, vkey)
+    assert (origin, size) == (ORIGIN, 21)
+    inclusion = json.loads(run_cli("inclusion", "--ledger", str(book), "--seq", "0", "--json").out)
+    assert base64.b64decode(inclusion["root"]) == root
+
+    ok = run_cli(
+        "verify-checkpoint", str(book / "checkpoints" / "00000001.note"), "--verifier-key", vkey
+    )
+    assert ok.code == 0 and ok.err == ""
+    assert ok.out.startswith(f"checkpoint OK: origin {ORIGIN}, tree size 21, root ")
+    assert ok.out.count("\n") == 1
+
+
+def test_checkpoint_with_two_keys(book, key, tmp_path):
+    path, vkey = key
+    witness = tmp_path / "keys" / "witness.key"
+    wkey = run_cli("keygen", "--origin", "witness.example/w", "--out", str(witness)).out.strip()
+    result = run_cli("checkpoint", "--ledger", str(book), "--key", str(path), "--key", str(witness))
+    assert result.code == 0, result.err
+    assert spec_verify_checkpoint(result.out.encode(), vkey)[1] == 21
+    assert result.out.count("\n\u2014 ") == 2
+    note = book / "checkpoints" / "00000001.note"
+    assert (
+        run_cli("verify-checkpoint", str(note), "--verifier-key", wkey, "--origin", ORIGIN).code
+        == 0
+    )
+    assert run_cli("verify-checkpoint", str(note), "--verifier-key", wkey).code == 1  # origin
+
+
+def test_ledger_defaults_to_the_environment(book, key, monkeypatch):
+    monkeypatch.setenv("EVIDENCE_LEDGER", str(book))
+    assert run_cli("checkpoint", "--key", str(key[0])).code == 0
+    assert json.loads(run_cli("consistency", "--from", "3", "--json").out)["size2"] == 21
+
+
+@pytest.fixture
+def note(book, key) -> Path:
+    result = run_cli("checkpoint", "--ledger", str(book), "--key", str(key[0]))
+    assert result.code == 0, result.err
+    return book / "checkpoints" / "00000001.note"
+
+
+def _tampered(tmp_path: Path, data: bytes) -> str:
+    path = tmp_path / "tampered.note"
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_verify_checkpoint_rejects_a_wrong_key(note, tmp_path):
+    other = run_cli("keygen", "--origin", ORIGIN, "--out", str(tmp_path / "other.key")).out.strip()
+    err = _one_line_error(run_cli("verify-checkpoint", str(note), "--verifier-key", other), 1)
+    assert "no signature by a given verifier key" in err
+
+
+def test_verify_checkpoint_rejects_a_wrong_origin(key, tmp_path):
+    path, vkey = key
+    body = Checkpoint("evil.example/log", 21, bytes(32)).to_text()
+    forged = _tampered(tmp_path, sign_note(body, [load_signer(path)]))
+    err = _one_line_error(run_cli("verify-checkpoint", forged, "--verifier-key", vkey), 1)
+    assert "checkpoint origin 'evil.example/log', want 'ledger.example/cli'" in err
+
+
+def _size_last(text: str) -> str:
+    return text.replace("\n21\n", "\n", 1).replace("\n\n", "\n21\n\n", 1)
+
+
+def _signature_first(text: str) -> str:
+    body, signatures = text.split("\n\n")
+    return signatures + "\n" + body + "\n"
+
+
+@pytest.mark.parametrize(
+    "name, tamper, message",
+    [
+        ("size-line-moved-last", _size_last, "invalid signature"),
+        (
+            "size-line-moved-first",
+            lambda t: "21\n" + t.replace("\n21\n", "\n", 1),
+            "invalid signature",
+        ),
+        ("signature-first", _signature_first, "malformed note"),
+        ("trailing-garbage", lambda t: t + "garbage\n", "malformed note"),
+        ("trailing-bytes", lambda t: t + "x", "malformed note"),
+        ("missing-final-newline", lambda t: t[:-1], "malformed note"),
+        ("tampered-size", lambda t: t.replace("\n21\n", "\n22\n", 1), "invalid signature"),
+    ],
+)
+def test_verify_checkpoint_rejects_tampering(note, key, tmp_path, name, tamper, message):
+    text = note.read_text()
+    bad = _tampered(tmp_path, tamper(text).encode())
+    assert Path(bad).read_text() != text
+    err = _one_line_error(run_cli("verify-checkpoint", bad, "--verifier-key", key[1]), 1)
+    assert message in err
+
+
+def test_verify_checkpoint_usage_errors(note, key, tmp_path):
+    err = _one_line_error(
+        run_cli("verify-checkpoint", str(tmp_path / "nope"), "--verifier-key", key[1]), 2
+    )
+    assert "not found" in err
+    err = _one_line_error(
+        run_cli("verify-checkpoint", str(note), "--verifier-key", "name+zz+AA"), 2
+    )
+    assert "verifier key" in err
+    assert run_cli("verify-checkpoint", str(note)).code == 2  # --verifier-key is required
+
+
+def test_checkpoint_refuses_a_world_readable_key(book, key):
+    key[0].chmod(0o644)
+    err = _one_line_error(run_cli("checkpoint", "--ledger", str(book), "--key", str(key[0])), 2)
+    assert "chmod 600" in err
+    assert not (book / "checkpoints" / "00000001.note").exists()
+
+
+def test_inclusion_and_consistency_print_verifiable_proofs(book):
+    leaves = [leaf_hash(r.data) for r in Ledger(book).scan()]  # type: ignore[union-attr]
+    result = run_cli("inclusion", "--ledger", str(book), "--seq", "13", "--json")
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert list(doc) == ["leafIdx", "treeSize", "leafHash", "root", "proof"]
+    assert (doc["leafIdx"], doc["treeSize"]) == (13, 21)
+    assert base64.b64decode(doc["leafHash"]) == leaves[13]
+    proof = [base64.b64decode(h) for h in doc["proof"]]
+    verify_inclusion(13, 21, leaves[13], proof, base64.b64decode(doc["root"]))
+
+    result = run_cli("consistency", "--ledger", str(book), "--from", "5", "--to", "17", "--json")
+    doc = json.loads(result.out)
+    assert list(doc) == ["size1", "size2", "root1", "root2", "proof"]
+    proof = [base64.b64decode(h) for h in doc["proof"]]
+    roots = base64.b64decode(doc["root1"]), base64.b64decode(doc["root2"])
+    verify_consistency(5, 17, proof, *roots)
+
+    text = run_cli("inclusion", "--ledger", str(book), "--seq", "13").out.splitlines()
+    assert text[:2] == ["leafIdx: 13", "treeSize: 21"]
+    assert text[2] == f"leafHash: {base64.b64encode(leaves[13]).decode()}"
+    labels = [line.split(":")[0] for line in text[4:]]
+    assert labels == [f"proof[{i}]" for i in range(len(text) - 4)]
+
+
+def test_proof_commands_usage_errors(book, tmp_path):
+    assert "want 0 <= seq < tree size" in _one_line_error(
+        run_cli("inclusion", "--ledger", str(book), "--seq", "21"), 2
+    )
+    assert "want 0 < from <= to" in _one_line_error(
+        run_cli("consistency", "--ledger", str(book), "--from", "0"), 2
+    )
+    assert "no ledger" in _one_line_error(
+        run_cli("inclusion", "--ledger", str(tmp_path / "none"), "--seq", "0"), 2
+    )
+
+
+def test_commands_are_listed_in_help():
+    out = run_cli("--help").out
+    for command in ("keygen", "checkpoint", "verify-checkpoint", "inclusion", "consistency"):
+        assert command in out
