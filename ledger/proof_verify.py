@@ -265,7 +265,10 @@ def verify_consistency(
 
     RFC 9162 §2.1.4.2. Arguments as :func:`root_from_consistency_proof`, plus the
     32-byte ``root2`` of the tree of ``size2`` leaves. When ``size1 == size2`` the proof
-    must be empty and the roots equal.
+    must be empty and the roots equal byte for byte; nothing is hashed then, so, as in
+    transparency-dev/merkle ``VerifyConsistency`` (and its vector
+    ``consistency/additional/sizes-are-equal-one-and-proof-is-empty.json``), the roots'
+    lengths are not checked in that case.
 
     Raises:
         ProofPreconditionError, HashSizeError, ProofSizeError: see
@@ -273,6 +276,12 @@ def verify_consistency(
         RootMismatchError: if the proof does not lead to ``root1`` and ``root2``.
     """
     _check_sizes(size1, size2)
+    if size1 == size2:
+        if proof:
+            raise ProofSizeError(len(proof), 0)
+        if root1 != root2:
+            raise RootMismatchError("root2", root2, root1)
+        return
     _check_hash("root1", root1)
     _check_hash("root2", root2)
     calculated = root_from_consistency_proof(size1, size2, proof, root1)

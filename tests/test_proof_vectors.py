@@ -19,7 +19,6 @@ from ledger.checkpoint import parse_checkpoint
 from ledger.merkle import leaf_hash, node_hash
 from ledger.note import Verifier, open_note
 from ledger.proof_verify import (
-    HashSizeError,
     ProofError,
     ProofPreconditionError,
     ProofSizeError,
@@ -35,14 +34,6 @@ TESTDATA = VECTORS / "transparency-dev-merkle" / "testdata"
 KAT = json.loads((VECTORS / "kat-extracted.json").read_text())
 PROBES = sorted(TESTDATA.rglob("*.json"))
 PROBE_IDS = [str(p.relative_to(TESTDATA)) for p in PROBES]
-
-STRICTER_THAN_UPSTREAM = {
-    "consistency/additional/sizes-are-equal-one-and-proof-is-empty.json": (
-        'root1 and root2 are 12 bytes ("don\'t care 2"); every hash must be 32 bytes'
-    ),
-}
-"""Probes upstream accepts and we reject on purpose, with the reason (SOURCES.md)."""
-
 
 def _b(text: str) -> bytes:
     return base64.b64decode(text)
@@ -63,18 +54,11 @@ def _verify_probe(probe: dict) -> None:
 def test_every_vector_file_is_walked():
     assert len(PROBES) == 196
     assert sum(1 for p in PROBE_IDS if p.startswith("inclusion/")) == 98
-    assert all((TESTDATA / p).is_file() for p in STRICTER_THAN_UPSTREAM)
 
 
 @pytest.mark.parametrize("path", PROBES, ids=PROBE_IDS)
 def test_vector(path: Path):
     probe = json.loads(path.read_text())
-    name = str(path.relative_to(TESTDATA))
-    if name in STRICTER_THAN_UPSTREAM:
-        assert probe["wantErr"] is False
-        with pytest.raises(HashSizeError, match="is 12 bytes, want 32"):
-            _verify_probe(probe)
-        return
     if not probe["wantErr"]:
         _verify_probe(probe)
         return
