@@ -59,6 +59,21 @@ def _floor(path: Path, blobs: list[bytes], group: int) -> None:
             os.fsync(fd)
 
 
+def _measure(entries: int, group: int) -> tuple[float, float, float]:
+    """(our seconds, floor seconds, bytes per entry incl. payloads), medians."""
+    work = Path(tempfile.mkdtemp(prefix="bench-append-"))
+    try:
+        ours = median_time(
+            lambda: _ours(work / "l", entries, group),
+            setup=lambda: shutil.rmtree(work / "l", ignore_errors=True),
+        )
+        blobs = _same_bytes(work / "l")
+        floor = median_time(lambda: _floor(work / "floor.bin", blobs, group))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return ours, floor, sum(map(len, blobs)) / entries
+
+
 def rows(entries_grouped: int = 100_000, entries_single: int = 10_000) -> list[Row]:
     """Rows for both durability modes."""
     out = []
@@ -66,22 +81,12 @@ def rows(entries_grouped: int = 100_000, entries_single: int = 10_000) -> list[R
         ("append, fsync per entry", entries_single, 1),
         (f"append, group commit ({GROUP})", entries_grouped, GROUP),
     ):
-        work = Path(tempfile.mkdtemp(prefix="bench-append-"))
-        try:
-            def fresh() -> None:
-                shutil.rmtree(work / "l", ignore_errors=True)
-
-            ours = median_time(lambda: _ours(work / "l", entries, group), setup=fresh)
-            blobs = _same_bytes(work / "l")
-            floor = median_time(lambda: _floor(work / "floor.bin", blobs, group))
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        ours, floor, size = _measure(entries, group)
         ratio = ours / floor
         out.append(Row(
             operation=mode, size=entries, ours=entries / ours, unit="entries/s",
             baselines={"floor": entries / floor}, ratio=ratio,
             target="within 3x of the floor", met=ratio <= 3,
-            note=f"ratio = floor rate / our rate; {sum(map(len, blobs)) / entries:.0f} B per "
-                 "entry incl. payloads" if group == 1 else "",
+            note=f"ratio = floor rate / our rate; {size:.0f} B per entry incl. payloads",
         ))
     return out

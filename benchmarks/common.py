@@ -47,7 +47,9 @@ class Row:
     note: str = ""
 
 
-def median_time(fn: Callable[[], Any], runs: int = RUNS, setup: Callable[[], Any] | None = None) -> float:
+def median_time(
+    fn: Callable[[], Any], runs: int = RUNS, setup: Callable[[], Any] | None = None
+) -> float:
     """Median wall time of ``fn()`` over ``runs`` runs, in seconds (``setup`` untimed)."""
     times = []
     for _ in range(runs):

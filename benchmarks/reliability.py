@@ -10,6 +10,7 @@ Usage: python -m benchmarks.reliability [--kills N] [--writers N] [--per-writer 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import multiprocessing
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 from ledger.audit import verify_ledger
@@ -108,8 +110,14 @@ def kill_trial(directory: Path, kills: int, seed: int = 1) -> Trial:
 
 
 @contextmanager
-def _fault(target: str, effect: Callable[..., object]) -> Iterator[None]:
-    with mock.patch(target, side_effect=effect):
+def _fault(patches: dict[str, Any]) -> Iterator[None]:
+    """Apply ``patches`` (target -> side-effect callable, or plain value) together."""
+    with contextlib.ExitStack() as stack:
+        for target, effect in patches.items():
+            if callable(effect):
+                stack.enter_context(mock.patch(target, side_effect=effect))
+            else:
+                stack.enter_context(mock.patch(target, new=effect))
         yield
 
 
@@ -127,12 +135,13 @@ def fault_trial(directory: Path, rounds: int = 10) -> Trial:
     the ledger verifiable and writable.
     """
     real_write = os.write
-    faults: list[tuple[str, str, Callable[..., object]]] = [
-        ("short write of the log", "ledger.store.os.write", lambda fd, data: _partial(fd, data)),
-        ("failed fsync of the log", "ledger.store.os.fsync", _raise(errno.EIO)),
-        ("ENOSPC writing the log", "ledger.store.os.write", _raise(errno.ENOSPC)),
-        ("failed sync of the payloads", "ledger.payloads._syncfs", _raise(errno.EIO)),
-        ("ENOSPC renaming a payload", "ledger.payloads.os.replace", _raise(errno.ENOSPC)),
+    faults: list[tuple[str, dict[str, Any]]] = [
+        ("short write of the log", {"ledger.store.os.write": lambda fd, data: _partial(fd, data)}),
+        ("ENOSPC writing the log", {"ledger.store.os.write": _raise(errno.ENOSPC)}),
+        ("failed syncfs of log and payloads", {"ledger.payloads._syncfs": _raise(errno.EIO)}),
+        ("failed fsync (no syncfs)",
+         {"ledger.payloads._HAS_SYNCFS": False, "ledger.payloads.os.fsync": _raise(errno.EIO)}),
+        ("ENOSPC renaming a payload", {"ledger.payloads.os.replace": _raise(errno.ENOSPC)}),
     ]
 
     def _partial(fd: int, data: bytes) -> int:
@@ -142,11 +151,11 @@ def fault_trial(directory: Path, rounds: int = 10) -> Trial:
     writer = EvidenceWriter(directory)
     trial = Trial("injected I/O faults", "5 write steps", 0)
     for round_ in range(rounds):
-        for name, target, effect in faults:
+        for name, patches in faults:
             trial.attempts += 1
             before = [h for _, h in Ledger(directory).entries()]
             try:
-                with _fault(target, effect):
+                with _fault(patches):
                     writer.call(run_id="f", call_id=f"{name}-{round_}", agent="a", tool="t",
                                 arguments=json.dumps({"fault": name, "round": round_}))
                 trial.failures += 1

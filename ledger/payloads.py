@@ -4,11 +4,13 @@ Arguments, results and session items live here as files named by the SHA-256 of 
 bytes (``payloads/<first 2 hex>/<64 hex>``); entries hold only those digests, so a
 payload can later be erased (redacted) without changing a single entry hash.
 
-A payload is written to a temporary file and renamed into place; :meth:`PayloadStore.sync`
-makes every payload written since the last sync durable (one ``syncfs(2)`` of the payload
-file system on Linux, else an ``fsync`` of each file and directory) before the entries
-that name the payloads are appended, so an acknowledged entry never points at a lost
-payload, and a group of entries costs one payload sync, not one per file.
+A payload is written to a temporary file and renamed into place. An append writes the
+payloads, then the log group, then makes both durable with :meth:`PayloadStore.sync`
+(one ``syncfs(2)`` on Linux when they share a file system, else an ``fsync`` of each
+file, directory and the log) before it is acknowledged: an acknowledged entry never
+points at a lost payload, and a group costs one sync, not one per file. (An entry that
+a crash leaves unacknowledged may survive without its payload: ``verify`` reports the
+missing payload as a notice.)
 """
 
 from __future__ import annotations
@@ -38,22 +40,28 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _HAS_SYNCFS = hasattr(_libc, "syncfs")
 
 
-def _syncfs(path: str) -> bool:
-    """``syncfs(2)`` the file system holding ``path``; False where it does not exist.
+def _syncfs(target: str | int) -> bool:
+    """``syncfs(2)`` the file system holding ``target`` (a path or an open descriptor);
+    False where the call does not exist.
 
     Raises:
         OSError: if the call fails.
     """
     if not _HAS_SYNCFS:
         return False
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(target, os.O_RDONLY) if isinstance(target, str) else target
     try:
         if _libc.syncfs(fd) != 0:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code))
     finally:
-        os.close(fd)
+        if isinstance(target, str):
+            os.close(fd)
     return True
+
+
+def _same_device(fd: int, path: str) -> bool:
+    return os.fstat(fd).st_dev == os.stat(path).st_dev
 
 
 class PayloadStore:
@@ -106,22 +114,34 @@ class PayloadStore:
             raise StorageError(f"cannot store payload {digest.hex()}: {exc}") from exc
         return digest
 
-    def sync(self) -> None:
-        """Make every payload :meth:`put` since the last sync durable.
+    def sync(self, log_fd: int | None = None) -> None:
+        """Make every payload :meth:`put` since the last sync durable, and the log too.
+
+        Args:
+            log_fd: an open descriptor of the log, just appended to; it is made durable
+                in the same step (one ``syncfs(2)`` when the log and the payloads share
+                a file system, else ``fsync`` of each payload, directory and the log).
 
         Raises:
-            StorageError: if the sync fails (the payloads are then not acknowledged).
+            StorageError: if a sync fails (nothing is then acknowledged).
         """
-        if not self._dirty:
-            return
         try:
-            if not _syncfs(self._root):
-                for path in sorted(self._dirty | {os.path.dirname(p) for p in self._dirty}):
-                    _fsync_path(path)
-                _fsync_path(self._root)
+            covered = False
+            if self._dirty:
+                target = log_fd if log_fd is not None else self._root
+                if _syncfs(target):
+                    covered = log_fd is not None and _same_device(log_fd, self._root)
+                    if not covered:
+                        _syncfs(self._root)
+                else:
+                    dirs = {os.path.dirname(p) for p in self._dirty} | {self._root}
+                    for path in sorted(self._dirty) + sorted(dirs):
+                        _fsync_path(path)
+                self._dirty.clear()
+            if log_fd is not None and not covered:
+                os.fsync(log_fd)
         except OSError as exc:
-            raise StorageError(f"cannot sync payloads: {exc}") from exc
-        self._dirty.clear()
+            raise StorageError(f"cannot sync: {exc}") from exc
 
     def get(self, digest: bytes) -> bytes | None:
         """The payload bytes for ``digest``, or None when absent (never stored or erased)."""

@@ -26,7 +26,7 @@ import os
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -164,7 +164,9 @@ class LogStore(Protocol):
         """Read the records of complete groups from byte ``offset`` (record ``index``) on."""
         ...
 
-    def append_group(self, records: list[bytes]) -> int:
+    def append_group(
+        self, records: list[bytes], sync: Callable[[int], None] = os.fsync
+    ) -> int:
         """Durably append ``records`` as one atomic group (caller holds the writer lock);
         return the log's length in bytes afterwards."""
         ...
@@ -291,8 +293,15 @@ class FileLogStore:
             raise StorageError(f"cannot cut torn tail: {exc}") from exc
         return target
 
-    def append_group(self, records: list[bytes]) -> int:
-        """Append ``records`` as one atomic group and fsync (writer lock must be held).
+    def append_group(
+        self, records: list[bytes], sync: Callable[[int], None] = os.fsync
+    ) -> int:
+        """Append ``records`` as one atomic group and sync (writer lock must be held).
+
+        Args:
+            records: entry bytes, in order.
+            sync: makes the log durable, given its open descriptor (default ``fsync``;
+                the writer passes one that also syncs the payloads).
 
         Returns the byte length of the log after the append.
 
@@ -313,8 +322,8 @@ class FileLogStore:
                 if more <= 0:
                     raise OSError("short write")
                 written += more
-            os.fsync(fd)
-        except OSError as exc:
+            sync(fd)
+        except (OSError, StorageError) as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, start)
                 os.fsync(fd)

@@ -132,8 +132,7 @@ class EvidenceWriter:
             try:
                 yield
                 if self._group:
-                    self.ledger.payloads.sync()
-                    end = self.ledger.store.append_group(self._group)
+                    end = self.ledger.store.append_group(self._group, self.ledger.payloads.sync)
                     self._tail = Tail(self._next.size, self._next.last_hash, end)
             except BaseException:
                 self._forget()  # indexes may name entries that were never written
