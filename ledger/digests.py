@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -75,8 +76,13 @@ class ArgumentsDigest:
     raw: bytes
 
 
+@functools.lru_cache(maxsize=1024)
 def arguments_digest(arguments: str | bytes) -> ArgumentsDigest:
-    """Digest a tool call's raw ``arguments`` string (never raises)."""
+    """Digest a tool call's raw ``arguments`` string (never raises).
+
+    Cached: one call's arguments are digested for its call, decision, execution and
+    session item alike.
+    """
     raw = arguments if isinstance(arguments, bytes) else arguments.encode("utf-8", "surrogatepass")
     try:
         canonical = canonical_json(parse_strict_json(raw.decode("utf-8")))

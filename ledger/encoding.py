@@ -15,6 +15,7 @@ Rules (see FORMAT.md):
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -70,6 +71,26 @@ def encode(value: Any) -> bytes:
             or nesting deeper than :data:`MAX_DEPTH`.
     """
     return msgpack.packb(_canonical(value, 0), use_bin_type=True)
+
+
+def canonical_order(keys: Iterable[str]) -> tuple[str, ...]:
+    """``keys`` sorted as a canonical map orders them (by their encoded bytes)."""
+    return tuple(sorted(keys, key=_key_bytes))
+
+
+def pack_ordered(value: dict[str, Any]) -> bytes:
+    """Pack a map whose keys (and nested maps' keys) are already in canonical order and
+    whose values are already canonical (no floats, ints within 64 bits).
+
+    The caller vouches for both (as :meth:`ledger.entries.Entry.to_bytes` does after
+    checking every field); the top-level key order is checked here.
+
+    Raises:
+        EncodingError: if the top-level keys are not in canonical order.
+    """
+    if tuple(value) != canonical_order(value):
+        raise EncodingError("map keys are not in canonical order")
+    return msgpack.packb(value, use_bin_type=True)
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:

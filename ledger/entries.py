@@ -61,6 +61,21 @@ def _one_of(*values: str | None) -> Check:
     return lambda v: v in values
 
 
+_INTERRUPTION = {
+    "call_id": _str, "tool": _opt_str, "agent": _opt_str,
+    "scope": lambda v: v is None or _scope(v), "args_digest": _opt_hash,
+}
+
+
+def _interruptions(v: Any) -> bool:
+    """A list of pending interruptions, each exactly the fields of ``_INTERRUPTION``."""
+    return isinstance(v, list) and all(
+        isinstance(i, dict) and i.keys() == _INTERRUPTION.keys()
+        and all(check(i[name]) for name, check in _INTERRUPTION.items())
+        for i in v
+    )
+
+
 _CALL_ID = {"run_id": _str, "scope": _scope, "call_id": _str}
 
 BODY_FIELDS: dict[str, dict[str, Check]] = {
@@ -77,12 +92,12 @@ BODY_FIELDS: dict[str, dict[str, Check]] = {
         **_CALL_ID, "decision": _one_of("approve", "reject"), "always": _bool,
         "approver": _str, "reason": _opt_str, "message_digest": _opt_hash,
         "args_digest": _opt_hash, "args_form": _one_of(None, "jcs", "raw"),
-        "agent": _opt_str, "tool": _opt_str,
+        "agent": _opt_str, "tool": _opt_str, "run_state": _opt_str,
     },
     "execution": {
         **_CALL_ID, "agent": _opt_str, "tool": _opt_str, "args_digest": _hash,
         "args_form": _one_of("jcs", "raw"), "args_payload": _hash,
-        "result_digest": _opt_hash, "error": _opt_str,
+        "result_digest": _opt_hash, "error": _opt_str, "run_state": _opt_str,
     },
     "session_item": {
         "run_id": _str, "scope": _scope, "session_id": _str,
@@ -95,7 +110,12 @@ BODY_FIELDS: dict[str, dict[str, Check]] = {
     },
     "run_end": {
         "run_id": _str, "scope": _scope,
-        "status": _one_of("completed", "interrupted", "failed"),
+        "status": _one_of("completed", "interrupted", "failed"), "run_state": _opt_str,
+    },
+    "run_state": {
+        "run_id": _str, "state_id": _str, "parent": _opt_str,
+        "event": _one_of("to_state", "to_json", "loaded", "resume"),
+        "digest": _opt_hash, "interruptions": _interruptions,
     },
     "ingest": {"file_sha256": _hash, "lines": _count, "name": _str},
     "session_repair": {
@@ -142,20 +162,23 @@ class Entry(NamedTuple):
     def to_bytes(self) -> bytes:
         """Canonical bytes of this entry.
 
+        Every field is checked first (the body against its kind's fields), so the map
+        can be packed in the canonical key order known in advance, without the generic
+        walk of :func:`ledger.encoding.encode` (a test holds the two to the same bytes).
+
         Raises:
-            EncodingError: if a field cannot be encoded canonically.
+            EncodingError: if a field is missing, extra or of the wrong type.
         """
-        return encoding.encode(
-            {
-                "v": FORMAT_VERSION,
-                "seq": self.seq,
-                "prev": self.prev,
-                "kind": self.kind,
-                "time": self.time,
-                "refs": list(self.refs),
-                "body": self.body,
-            }
-        )
+        _expect(type(self.seq) is int and 0 <= self.seq < 2**64, "bad seq")
+        _expect(_hash(self.prev), "prev is not 32 bytes")
+        _expect(type(self.time) is int and 0 <= self.time < 2**64, "bad time")
+        _expect(all(_hash(r) for r in self.refs), "a ref is not 32 bytes")
+        check_body(self.kind, self.body)
+        body = {name: self.body[name] for name in _BODY_ORDER[self.kind]}
+        return encoding.pack_ordered({  # keys in canonical order: shorter first, then bytes
+            "v": FORMAT_VERSION, "seq": self.seq, "body": body, "kind": self.kind,
+            "prev": self.prev, "refs": list(self.refs), "time": self.time,
+        })
 
 
 def _json_value(value: Any) -> Any:
@@ -192,6 +215,7 @@ def _expect(cond: bool, message: str) -> None:
 
 
 _BODY_KEYS = {kind: frozenset(fields) for kind, fields in BODY_FIELDS.items()}
+_BODY_ORDER = {kind: encoding.canonical_order(fields) for kind, fields in BODY_FIELDS.items()}
 _BODY_CHECKS = {kind: tuple(fields.items()) for kind, fields in BODY_FIELDS.items()}
 
 

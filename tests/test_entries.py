@@ -4,6 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ledger import encoding
 from ledger.entries import BODY_FIELDS, ZERO_HASH, Entry, decode_entry
@@ -60,3 +62,34 @@ def test_json_schema_names_the_same_fields(kind):
     schema = json.loads((SCHEMAS / f"{kind}.schema.json").read_text())
     assert set(schema["properties"]) == set(BODY_FIELDS[kind])
     assert set(schema["required"]) == set(BODY_FIELDS[kind])
+
+
+bodies = st.fixed_dictionaries({
+    "run_id": st.text(max_size=8), "scope": st.lists(st.text(max_size=5), max_size=3),
+    "call_id": st.text(max_size=8), "agent": st.text(max_size=5), "tool": st.text(max_size=5),
+    "args_digest": st.binary(min_size=32, max_size=32),
+    "args_form": st.sampled_from(["jcs", "raw"]),
+    "args_payload": st.binary(min_size=32, max_size=32),
+    "needs_approval": st.none() | st.booleans(), "response_id": st.none() | st.text(max_size=5),
+})
+
+
+@given(body=bodies, seq=st.integers(0, 2**64 - 1), time=st.integers(0, 2**64 - 1))
+def test_fast_entry_encoding_equals_the_generic_canonical_encoding(body, seq, time):
+    entry = Entry(seq=seq, prev=ZERO_HASH, kind="call", time=time, body=body, refs=(ZERO_HASH,))
+    generic = encoding.encode({
+        "v": 1, "seq": seq, "prev": ZERO_HASH, "kind": "call", "time": time,
+        "refs": [ZERO_HASH], "body": body,
+    })
+    assert entry.to_bytes() == generic
+    assert decode_entry(generic) == entry
+
+
+@pytest.mark.parametrize(
+    "changes", [{"seq": -1}, {"prev": b"x"}, {"time": 1.5}, {"refs": (b"short",)},
+                {"body": {**BODY, "status": 3}}, {"kind": "nope"}],
+)
+def test_to_bytes_refuses_bad_fields(changes):
+    fields = {"seq": 0, "prev": ZERO_HASH, "kind": "run_end", "time": 5, "body": dict(BODY)}
+    with pytest.raises(EncodingError):
+        Entry(**{**fields, **changes}).to_bytes()
