@@ -30,7 +30,7 @@ from ledger.log import Ledger
 from ledger.redact import redact as redact_payload
 from ledger.writer import EvidenceWriter
 
-from . import output, query, sessions, tlog
+from . import bundles, output, query, sessions, tlog
 
 app = typer.Typer(
     name="evidence-ledger",
@@ -73,6 +73,9 @@ def verify(
                      help="Signed checkpoint kept elsewhere (repeatable); the ledger must "
                           "extend it (rule append_only)."),
     ] = None,
+    no_payloads: Annotated[
+        bool, typer.Option("--no-payloads", help="Do not re-hash payload files (faster).")
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """Check integrity (hashes, links, encoding, payloads), every evidence rule, and the
@@ -81,7 +84,7 @@ def verify(
     Exit 0 when no rule is violated, 1 otherwise.
     """
     trusted = [read_input(path) for path in trusted_checkpoint or []]
-    report = verify_ledger(Ledger(ledger), verifier_key or [], trusted)
+    report = verify_ledger(Ledger(ledger), verifier_key or [], trusted, payloads=not no_payloads)
     if json:
         output.print_json(report.to_json())
     else:
@@ -260,7 +263,7 @@ def demo(
     raise typer.Exit(0 if report.ok else 1)
 
 
-for _commands in (tlog, query, sessions):
+for _commands in (tlog, query, sessions, bundles):
     _commands.register(app)
 
 

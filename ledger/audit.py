@@ -18,6 +18,7 @@ def verify_ledger(
     ledger: Ledger,
     verifier_keys: Sequence[str] = (),
     trusted_checkpoints: Sequence[bytes] = (),
+    payloads: bool = True,
 ) -> Report:
     """Read ``ledger`` once and verify it, and its stored and trusted checkpoints.
 
@@ -28,18 +29,21 @@ def verify_ledger(
         trusted_checkpoints: signed checkpoints kept elsewhere (bytes of each note);
             a ledger rolled back below, or forked from, one is an ``append_only``
             violation.
+        payloads: re-hash every payload file against its digest (False: skip them,
+            e.g. for a quick structural check of a large ledger).
 
     Raises:
         UsageError: if the directory holds no log, or a verifier key is malformed.
         EvidenceError: if the log cannot be read.
     """
     ledger.require_exists()
-    roots = checkpoint_audit.RootRecorder(
-        checkpoint_audit.checkpoint_sizes(ledger, trusted_checkpoints)
+    report = verify_records(
+        ledger.scan(),
+        ledger.payloads.check if payloads else None,
+        roots_at=checkpoint_audit.checkpoint_sizes(ledger, trusted_checkpoints),
     )
-    report = verify_records(ledger.scan(), ledger.payloads.check, on_leaf=roots.add_leaf_hash)
     findings = checkpoint_audit.check_checkpoints(
-        ledger, verifier_keys, trusted_checkpoints, tree=roots
+        ledger, verifier_keys, trusted_checkpoints, tree=report
     )
     report.violations.extend(f.to_finding() for f in findings)
     report.rules = report.rules + checkpoint_audit.RULES

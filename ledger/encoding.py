@@ -55,9 +55,13 @@ def _canonical(value: Any, depth: int) -> Any:
         return [_canonical(item, depth + 1) for item in value]
     if isinstance(value, float):
         raise EncodingError("floats are not allowed in entries")
-    if isinstance(value, (bool, int, str, bytes, dict, list, tuple)):  # subclasses
-        base = next(t for t in (bool, int, str, bytes, dict, list) if isinstance(value, t))
-        return _canonical(base(value), depth)
+    for base in (bool, int, str, bytes):  # subclasses, e.g. str enums
+        if isinstance(value, base):
+            return _canonical(base(value), depth)
+    if isinstance(value, dict):
+        return _canonical(dict(value), depth)
+    if isinstance(value, (list, tuple)):
+        return _canonical(list(value), depth)
     raise EncodingError(f"type {type(value).__name__} cannot be encoded")
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from . import merkle
 from .entries import PAYLOAD_FIELDS, ZERO_HASH, decode_entry, entry_hash
-from .errors import EncodingError
+from .errors import EncodingError, UsageError
 from .findings import INTEGRITY, RULES, Finding, PayloadStatus
 from .rules import CallState, RuleEngine
 from .store import Damage, Record, ScanItem, TornTail
@@ -35,6 +35,7 @@ class Report:
         notices: one-line remarks that are not violations (torn tail, missing payload).
         calls: per-call state the rules built (call identity -> :class:`CallState`).
         rules: names of the rules run.
+        roots: tree size -> root hash (32 bytes) for the sizes asked for, and 0.
     """
 
     tree_size: int = 0
@@ -43,6 +44,23 @@ class Report:
     notices: list[str] = field(default_factory=list)
     calls: dict[tuple[str, tuple[str, ...], str], CallState] = field(default_factory=dict)
     rules: tuple[str, ...] = RULES
+    roots: dict[int, bytes] = field(default_factory=lambda: {0: merkle.EMPTY_ROOT})
+
+    @property
+    def size(self) -> int:
+        """Tree size (as :class:`ledger.checkpoint_audit.LogRoots` names it)."""
+        return self.tree_size
+
+    def root(self, size: int) -> bytes:
+        """Root hash at ``size``, 32 bytes, for the sizes asked for in ``roots_at``.
+
+        Raises:
+            UsageError: if that size was not asked for or not reached.
+        """
+        try:
+            return self.roots[size]
+        except KeyError:
+            raise UsageError(f"no root recorded at tree size {size}") from None
 
     @property
     def ok(self) -> bool:
@@ -65,7 +83,7 @@ class Report:
 def verify_records(
     items: Iterable[ScanItem],
     payload_check: Callable[[bytes], PayloadStatus] | None = None,
-    on_leaf: Callable[[bytes], None] | None = None,
+    roots_at: Iterable[int] = (),
 ) -> Report:
     """Verify a log given as scan items, in order.
 
@@ -74,13 +92,14 @@ def verify_records(
             :class:`TornTail` (as :meth:`ledger.store.FileLogStore.scan` yields them).
         payload_check: maps a 32-byte payload digest to a :class:`PayloadStatus`;
             None skips payload checks.
-        on_leaf: called with every leaf hash (32 bytes) in order, so roots at other
-            tree sizes (stored checkpoints) come from the same pass.
+        roots_at: tree sizes whose root hashes to keep in :attr:`Report.roots` (those of
+            stored and trusted checkpoints), taken in the same pass.
 
     Returns:
         A :class:`Report`; never raises on bad input (damage becomes findings).
     """
     report = Report()
+    wanted = frozenset(roots_at)
     engine = RuleEngine()
     tree = merkle.CompactRange()
     integrity: list[Finding] = []
@@ -106,10 +125,9 @@ def verify_records(
             continue
         assert isinstance(item, Record)
         seq = item.index
-        leaf = merkle.leaf_hash(item.data)
-        tree.append(leaf)
-        if on_leaf is not None:
-            on_leaf(leaf)
+        tree.append(merkle.leaf_hash(item.data))
+        if tree.size in wanted:
+            report.roots[tree.size] = tree.root()
         this_hash = entry_hash(item.data)
         damaged = not item.crc_ok
         if damaged:

@@ -1,0 +1,76 @@
+"""Full ``verify`` against the floor, with peak memory, at 10^5 and 10^6 entries.
+
+Floor: read the same log, and per record: check the frame, decode the MessagePack,
+re-encode it for the canonical-form check, and take the two hashes (entry hash and
+leaf hash), with no rules. Ours: everything ``evidence-ledger verify`` does (integrity,
+chain, tree, stored checkpoints, all rules), with and without re-hashing payload files.
+Each figure runs in a fresh process (peak RSS is that process's ru_maxrss).
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+from benchmarks.common import RUNS, Row, peak_rss_mb
+from benchmarks.workload import build_ledger
+
+FLOOR = """
+import hashlib, sys, msgpack
+from ledger.store import Record, scan_bytes, FileLogStore
+from pathlib import Path
+n = 0
+for item in FileLogStore(Path(sys.argv[1])).scan():
+    data = item.data
+    value = msgpack.unpackb(data, raw=False)
+    assert msgpack.packb(value, use_bin_type=True) == data
+    hashlib.sha256(data).digest(); hashlib.sha256(b"\\0" + data).digest()
+    n += 1
+"""
+
+OURS = """
+import sys
+from ledger.audit import verify_ledger
+from ledger.log import Ledger
+report = verify_ledger(Ledger(sys.argv[1]), payloads=sys.argv[2] == "1")
+assert report.ok, report.violations[:1]
+"""
+
+
+def _median(code: str, *args: str) -> tuple[float, float]:
+    runs = [peak_rss_mb(code, *args) for _ in range(RUNS)]
+    return statistics.median(t for t, _ in runs), max(m for _, m in runs)
+
+
+def rows(sizes: tuple[int, ...] = (100_000, 1_000_000)) -> list[Row]:
+    """Rows per size: verify with payload re-hash, without, and peak RSS."""
+    out = []
+    for size in sizes:
+        work = Path(tempfile.mkdtemp(prefix="bench-verify-"))
+        try:
+            build_ledger(work / "l", size)
+            floor_s, floor_mb = _median(FLOOR, str(work / "l"))
+            full_s, full_mb = _median(OURS, str(work / "l"), "1")
+            bare_s, bare_mb = _median(OURS, str(work / "l"), "0")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        target = "within 2x of the floor" if size >= 1_000_000 else ""
+        for label, seconds in (
+            ("verify, all checks", full_s), ("verify, no payload re-hash", bare_s)
+        ):
+            ratio = seconds / floor_s
+            out.append(Row(
+                operation=label, size=size, ours=size / seconds, unit="entries/s",
+                baselines={"floor": size / floor_s}, ratio=ratio, target=target,
+                met=(ratio <= 2) if target else None,
+                note="ratio = floor rate / our rate" if label.endswith("checks") else "",
+            ))
+        out.append(Row(
+            operation="verify peak RSS", size=size, ours=max(full_mb, bare_mb), unit="MB",
+            baselines={"floor": floor_mb}, ratio=max(full_mb, bare_mb) / floor_mb,
+            target="< 256 MB at 10^6" if size >= 1_000_000 else "",
+            met=(max(full_mb, bare_mb) < 256) if size >= 1_000_000 else None,
+        ))
+    return out
