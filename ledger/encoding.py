@@ -55,9 +55,14 @@ def _canonical(value: Any, depth: int) -> Any:
         return [_canonical(item, depth + 1) for item in value]
     if isinstance(value, float):
         raise EncodingError("floats are not allowed in entries")
-    for base in (bool, int, str, bytes):  # subclasses, e.g. str enums
-        if isinstance(value, base):
-            return _canonical(base(value), depth)
+    if isinstance(value, bool):  # subclasses, e.g. str or int enums
+        return bool(value)
+    if isinstance(value, int):
+        return _canonical(int(value), depth)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes):
+        return bytes(value)
     if isinstance(value, dict):
         return _canonical(dict(value), depth)
     if isinstance(value, (list, tuple)):
