@@ -9,13 +9,10 @@ Each figure runs in a fresh process (peak RSS is that process's ru_maxrss).
 
 from __future__ import annotations
 
-import shutil
 import statistics
-import tempfile
 from pathlib import Path
 
 from benchmarks.common import RUNS, Row, peak_rss_mb
-from benchmarks.workload import build_ledger
 
 FLOOR = """
 import hashlib, sys, msgpack
@@ -44,18 +41,13 @@ def _median(code: str, *args: str) -> tuple[float, float]:
     return statistics.median(t for t, _ in runs), max(m for _, m in runs)
 
 
-def rows(sizes: tuple[int, ...] = (100_000, 1_000_000)) -> list[Row]:
-    """Rows per size: verify with payload re-hash, without, and peak RSS."""
+def rows(ledgers: dict[int, Path]) -> list[Row]:
+    """Rows per ledger size: verify with payload re-hash, without, and peak RSS."""
     out = []
-    for size in sizes:
-        work = Path(tempfile.mkdtemp(prefix="bench-verify-"))
-        try:
-            build_ledger(work / "l", size)
-            floor_s, floor_mb = _median(FLOOR, str(work / "l"))
-            full_s, full_mb = _median(OURS, str(work / "l"), "1")
-            bare_s, bare_mb = _median(OURS, str(work / "l"), "0")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+    for size, path in sorted(ledgers.items()):
+        floor_s, floor_mb = _median(FLOOR, str(path))
+        full_s, full_mb = _median(OURS, str(path), "1")
+        bare_s, bare_mb = _median(OURS, str(path), "0")
         target = "within 2x of the floor" if size >= 1_000_000 else ""
         for label, seconds in (
             ("verify, all checks", full_s), ("verify, no payload re-hash", bare_s)

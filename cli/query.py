@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from ledger.export import export_ledger, parse_time, verify_export
-from ledger.index import run_query
+from ledger.index import run_query, update_index
 from ledger.log import Ledger
 
 from . import output
@@ -40,6 +40,11 @@ LedgerOption = Annotated[
         "--ledger", envvar="EVIDENCE_LEDGER", show_envvar=True,
         help="Ledger directory [default: ./.evidence].",
     ),
+]
+
+IndexOption = Annotated[
+    Path | None,
+    typer.Option("--index", help="Index file [default: LEDGER/index.duckdb]."),
 ]
 
 
@@ -128,6 +133,7 @@ def query(
     rebuild: Annotated[
         bool, typer.Option("--rebuild", help="Rebuild the index from the log first.")
     ] = False,
+    index: IndexOption = None,
 ) -> None:
     """Run read-only SQL over the ledger's DuckDB index (brought up to date first).
 
@@ -135,7 +141,7 @@ def query(
     violations, call_chains, ledger_index. A statement that writes is refused (exit 2).
     """
     with _Bar("indexing") as bar:
-        result = run_query(Ledger(ledger), sql, rebuild=rebuild, progress=bar)
+        result = run_query(Ledger(ledger), sql, index, rebuild=rebuild, progress=bar)
     if format is QueryFormat.json:
         output.print_json([
             {c: _json_value(v) for c, v in zip(result.columns, row, strict=True)}
@@ -173,14 +179,18 @@ def export(
     until: Annotated[
         str | None, typer.Option(help="Only rows before T (ISO 8601 UTC, or ns).")
     ] = None,
+    index: IndexOption = None,
 ) -> None:
     """Export every view, one file each, and manifest.json (tree size, root hash, SHA-256
     of every file). Check it later with verify-export."""
     since_ns = parse_time(since) if since is not None else None
     until_ns = parse_time(until) if until is not None else None
+    book = Ledger(ledger)
     with _Bar("indexing") as bar:
+        update_index(book, index, progress=bar)
+    with _Bar("exporting") as bar:
         manifest = export_ledger(
-            Ledger(ledger), out, format.value, since=since_ns, until=until_ns, progress=bar,
+            book, out, format.value, since=since_ns, until=until_ns, index=index, progress=bar,
         )
     rows = sum(f["rows"] for f in manifest["files"])
     output.stdout.print(

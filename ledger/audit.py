@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from . import checkpoint_audit
 from .log import Ledger
+from .sessions import pending_repair_notices
 from .verify import Report, verify_records
 
 
@@ -46,5 +47,6 @@ def verify_ledger(
         ledger, verifier_keys, trusted_checkpoints, tree=report
     )
     report.violations.extend(f.to_finding() for f in findings)
+    report.notices.extend(pending_repair_notices(ledger))
     report.rules = report.rules + checkpoint_audit.RULES
     return report

@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from .errors import EvidenceError, UsageError
+from .errors import EvidenceError, StorageError, UsageError
 from .index import VIEWS, Progress, View, connect_read_only, derive, update_index
 from .log import Ledger
 
@@ -185,13 +185,20 @@ class _HashingFile:
 
 
 def _write(table: pa.Table, fmt: str, path: Path) -> str:
-    """Write ``table`` to ``path`` in ``fmt``; return ``sha256:<hex>`` of the file."""
-    if fmt == "parquet":
-        pq.write_table(table, path)
-        return _file_sha256(path)
-    with open(path, "wb") as fh:
-        sink = _HashingFile(out=fh)
-        _WRITERS[fmt](table, sink)
+    """Write ``table`` to ``path`` in ``fmt``; return ``sha256:<hex>`` of the file.
+
+    Raises:
+        StorageError: if the file cannot be written.
+    """
+    try:
+        if fmt == "parquet":
+            pq.write_table(table, path)
+            return _file_sha256(path)
+        with open(path, "wb") as fh:
+            sink = _HashingFile(out=fh)
+            _WRITERS[fmt](table, sink)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return "sha256:" + sink.sha256.hexdigest()
 
 
@@ -224,7 +231,9 @@ def export_ledger(
         fmt: ``parquet``, ``csv`` or ``jsonl``.
         since, until: keep rows whose time column lies in ``[since, until)`` (ns, UTC).
         index: the index file (default ``<ledger>/index.duckdb``).
-        progress: see :data:`ledger.index.Progress` (index update).
+        progress: called as ``progress(tree_size, files_written, files_total)`` after
+            each file (the index update before it reports nothing; call
+            :func:`ledger.index.update_index` first to follow it).
 
     Returns:
         The manifest written to ``out/manifest.json``.
@@ -232,6 +241,7 @@ def export_ledger(
     Raises:
         UsageError: on a bad format, time range or output directory, or no ledger.
         EvidenceError: if the log fails integrity while indexing.
+        StorageError: if a file cannot be written.
     """
     if fmt not in FORMATS:
         raise UsageError(f"export format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -240,28 +250,33 @@ def export_ledger(
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"{target} exists and is not an empty directory")
-    info = update_index(ledger, index, progress=progress)
+    info = update_index(ledger, index)
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create {target}: {exc.strerror}") from exc
     files = []
     with connect_read_only(info.path) as con:
-        row = con.execute("SELECT tree_size, root_hash FROM ledger_index").fetchall()[0]
-        assert row is not None
-        tree_size, root_hash = int(row[0]), str(row[1])
+        tree_size, root_hash = con.execute(
+            "SELECT tree_size, root_hash FROM ledger_index"
+        ).fetchall()[0]
         for view in VIEWS.values():
             table = con.sql(f"SELECT * FROM {view.name} ORDER BY {view.order}").to_arrow_table()
             table = _select(table.cast(view.schema), view, since, until)
             name = f"{view.name}.{FORMATS[fmt]}"
             files.append({"name": name, "view": view.name, "rows": table.num_rows,
                           "sha256": _write(table, fmt, target / name)})
+            if progress:
+                progress(tree_size, len(files), len(VIEWS))
     manifest = {
         "export_format_version": EXPORT_FORMAT_VERSION, "format": fmt,
         "tree_size": tree_size, "root_hash": root_hash, "since_ns": since, "until_ns": until,
         "files": files,
     }
-    (target / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    try:
+        (target / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise StorageError(f"cannot write {target / MANIFEST}: {exc.strerror}") from exc
     return manifest
 
 

@@ -14,6 +14,8 @@ REJECTION_RESPECTED = "rejection_respected"
 ARGUMENT_INTEGRITY = "argument_integrity"
 EXACTLY_ONCE = "exactly_once"
 APPROVED_NOT_EXECUTED = "approved_not_executed"
+STATE_ISOLATION = "state_isolation"
+NESTED_OWNERSHIP = "nested_ownership"
 
 RULES = (
     INTEGRITY,
@@ -25,6 +27,8 @@ RULES = (
     ARGUMENT_INTEGRITY,
     EXACTLY_ONCE,
     APPROVED_NOT_EXECUTED,
+    STATE_ISOLATION,
+    NESTED_OWNERSHIP,
 )
 """Stable rule names, in the order reports list them (see FORMAT.md)."""
 

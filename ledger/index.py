@@ -1,9 +1,10 @@
 """A DuckDB index of a ledger, for audit queries in SQL. Never authoritative.
 
 The index is derived from the log and only from it: deleting it and running again
-rebuilds the same rows. It lives at ``<ledger>/index.duckdb`` (``index.duckdb.lock``
-beside it serialises processes) and is brought up to date by tree size before each
-query: only records past the indexed tree size are read.
+rebuilds the same rows. It lives at ``<ledger>/index.duckdb``, with
+``index.duckdb.state`` (the deriver's state at the indexed size) and
+``index.duckdb.lock`` (serialises processes) beside it, and is brought up to date by tree
+size before each query: only records past the indexed tree size are read.
 
 Pure core, :class:`Deriver`: log records (bytes) in, Arrow tables out. It decodes each
 record with :func:`ledger.entries.decode_entry`, hashes it into the RFC 9162 tree with
@@ -15,9 +16,9 @@ decoding, ``seq`` or ``prev`` link; ``verify`` names every break, checks payload
 refs, and stays the verdict.
 
 I/O around it: :func:`update_index` (bulk inserts of Arrow tables, one transaction per
-update; the deriver's state is kept in the index so the next update resumes where this
-one stopped), :func:`connect_read_only` and :func:`run_query` (one ``SELECT`` on a
-read-only connection with file access disabled). Tables and columns: ``VIEWS`` and
+update; the saved state lets the next update resume where this one stopped),
+:func:`connect_read_only` and :func:`run_query` (one ``SELECT`` on a read-only
+connection with file access disabled). Tables and columns: ``VIEWS`` and
 docs/QUERIES.md.
 """
 
@@ -29,10 +30,10 @@ import fcntl
 import functools
 import gc
 import hashlib
-import io
 import itertools
 import os
 import pickle
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import chains, encoding, entries, findings, merkle, rules
+from . import chains, encoding, entries, findings, merkle, rules  # noqa: F401 (fingerprint)
 from .entries import ZERO_HASH, Entry, decode_entry, entry_hash
 from .errors import EncodingError, EvidenceError, UsageError
 from .log import Ledger
@@ -410,39 +411,69 @@ def _derive_all(
 # -- the index file --------------------------------------------------------------------
 
 _SAFE_GLOBALS = {
-    ("ledger.index", "Deriver"), ("ledger.rules", "RuleEngine"), ("ledger.rules", "CallState"),
-    ("ledger.rules", "Decision"), ("ledger.findings", "Finding"),
-    ("ledger.merkle", "CompactRange"), ("collections", "defaultdict"),
-    ("collections", "Counter"), ("builtins", "set"), ("builtins", "list"),
-    ("builtins", "dict"), ("builtins", "frozenset"), ("builtins", "tuple"),
+    ("ledger.index", "Deriver"), ("collections", "defaultdict"), ("collections", "Counter"),
+    ("collections", "OrderedDict"), ("collections", "deque"), ("builtins", "set"),
+    ("builtins", "frozenset"), ("builtins", "list"), ("builtins", "dict"),
+    ("builtins", "tuple"),
 }
+_PURE_MODULES = frozenset({
+    "ledger.rules", "ledger.lineage", "ledger.findings", "ledger.merkle", "ledger.entries",
+})
+"""Modules without I/O whose classes the rule engine's state is made of."""
 
 
 class _StateUnpickler(pickle.Unpickler):
-    """Unpickles only the deriver's own data classes and containers (an index file is
-    not trusted to run code)."""
+    """Unpickles the deriver's state: builtin containers and classes (never functions) of
+    the pure modules the rules are built from. The state file is not trusted to run
+    code: anything else fails, and the index is rebuilt."""
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _SAFE_GLOBALS:
-            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in index state")
-        return super().find_class(module, name)
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        if module in _PURE_MODULES and name.isidentifier():
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in index state")
 
 
-def _load_state(blob: bytes) -> Deriver | None:
+def _state_path(target: Path) -> Path:
+    return target.with_name(target.name + ".state")
+
+
+def _load_state(target: Path, size: int, last_hash: str) -> Deriver | None:
+    """The deriver saved beside the index, if it stands at ``size`` / ``last_hash``."""
     try:
-        state = _StateUnpickler(io.BytesIO(blob)).load()
-    except Exception:  # any damage: the index is a cache, rebuild it
+        with open(_state_path(target), "rb") as fh:
+            state = _StateUnpickler(fh).load()
+    except Exception:  # missing or damaged: the index is a cache, rebuild it
         return None
-    return state if isinstance(state, Deriver) else None
+    if not isinstance(state, Deriver) or state.size != size or _d(state.last_hash) != last_hash:
+        return None
+    return state
+
+
+def _save_state(target: Path, deriver: Deriver) -> None:
+    path = _state_path(target)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            pickle.dump(deriver, fh, protocol=5)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror} (pass --index)") from exc
 
 
 @functools.cache
 def _fingerprint() -> str:
-    """Digest of the code the index rows depend on: other code, other index."""
+    """Digest of the code the index rows and the saved state depend on: other code, other
+    index (rebuilt)."""
     digest = hashlib.sha256(f"index v{INDEX_VERSION}".encode())
-    for module in (encoding, entries, rules, findings, chains, merkle):
-        digest.update(Path(module.__file__ or "").read_bytes())
-    digest.update(Path(__file__).read_bytes())
+    for name in sorted(_PURE_MODULES | {"ledger.encoding", "ledger.chains", __name__}):
+        module = sys.modules.get(name)
+        digest.update(name.encode() + b"\0")
+        if module is not None and module.__file__:
+            digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 
 
@@ -494,7 +525,7 @@ def _flock(path: Path, exclusive: bool) -> Iterator[None]:
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise UsageError(f"cannot open {lock}: {exc.strerror} (pass another --index)") from exc
+        raise UsageError(f"cannot open {lock}: {exc.strerror} (pass --index)") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
@@ -509,18 +540,17 @@ _SCHEMA = [
     "CREATE TABLE ledger_index (index_version INTEGER, code_fingerprint VARCHAR, "
     "tree_size BIGINT, root_hash VARCHAR, last_entry_hash VARCHAR, "
     "last_record_offset BIGINT, log_offset BIGINT)",
-    "CREATE TABLE index_state (state BLOB)",
 ]
 
 
 def _connect_fresh(path: Path) -> duckdb.DuckDBPyConnection:
-    for stale in (path, path.with_name(path.name + ".wal")):
-        with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
     try:
+        for stale in (path, path.with_name(path.name + ".wal"), _state_path(path)):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
         con = duckdb.connect(str(path))
-    except duckdb.Error as exc:
-        raise UsageError(f"cannot create index {path}: {exc}") from exc
+    except (OSError, duckdb.Error) as exc:
+        raise UsageError(f"cannot create index {path}: {_one_line(exc)} (pass --index)") from exc
     for statement in _SCHEMA:
         con.execute(statement)
     return con
@@ -587,7 +617,7 @@ def update_index(
     """
     ledger.require_exists()
     target = index_path(ledger, path)
-    with _flock(target, exclusive=True):
+    with _flock(target, exclusive=True), _gc_paused():
         con: duckdb.DuckDBPyConnection | None = None
         try:
             with contextlib.suppress(duckdb.Error):
@@ -604,18 +634,16 @@ def update_index(
                 if first is None or isinstance(first, TornTail):
                     return IndexInfo(target, meta[2], base64.b64decode(meta[3]))
                 items = itertools.chain([first], items)
-                blob = _one(con, "SELECT state FROM index_state")
-                deriver = _load_state(blob[0]) if blob else None
-                if deriver is None or deriver.size != meta[2]:
-                    deriver = meta = None
+                deriver = _load_state(target, meta[2], meta[4])
+                if deriver is None:
+                    meta = None
             if deriver is None:
                 if con is not None:
                     con.close()
                 con = _connect_fresh(target)
                 deriver, items = Deriver(), ledger.store.scan()
             assert con is not None
-            with _gc_paused():
-                return _catch_up(con, ledger, deriver, items, meta is None, progress, target)
+            return _catch_up(con, ledger, deriver, items, meta is None, progress, target)
         finally:
             if con is not None:
                 con.close()
@@ -655,8 +683,7 @@ def _catch_up(
         [INDEX_VERSION, _fingerprint(), deriver.size, base64.b64encode(root).decode("ascii"),
          _d(deriver.last_hash), deriver.last_offset, deriver.offset],
     )
-    con.execute("DELETE FROM index_state")
-    con.execute("INSERT INTO index_state VALUES (?)", [pickle.dumps(deriver, protocol=5)])
+    _save_state(target, deriver)
     con.execute("COMMIT")
     if progress:
         progress(deriver.size - start, deriver.offset, total)

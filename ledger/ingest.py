@@ -20,7 +20,7 @@ from . import schemas
 from .digests import parse_strict_json, to_text
 from .errors import IngestError, UsageError
 from .files import read_input
-from .writer import EvidenceWriter
+from .writer import EvidenceWriter, Interruption
 
 DEFAULT_RUN_ID = "default"
 SCHEMA = "ingest-event"
@@ -85,6 +85,14 @@ def _optional(event: dict[str, Any], *names: str) -> dict[str, Any]:
     return {name: event[name] for name in names if name in event}
 
 
+def _interruption(item: dict[str, Any]) -> Interruption:
+    arguments = item.get("arguments")
+    return Interruption(
+        call_id=item["call_id"], tool=item.get("tool"), agent=item.get("agent"),
+        scope=item.get("scope"), arguments=None if arguments is None else _arguments(arguments),
+    )
+
+
 def _append(writer: EvidenceWriter, event: dict[str, Any]) -> None:
     kind, common = event["kind"], _common(event)
     appenders: dict[str, Callable[[], bytes]] = {
@@ -98,11 +106,12 @@ def _append(writer: EvidenceWriter, event: dict[str, Any]) -> None:
             call_id=event["call_id"], decision=event["decision"], approver=event["approver"],
             always=event.get("always", False),
             arguments=_arguments(event["arguments"]) if "arguments" in event else None,
-            **_optional(event, "reason", "message", "agent", "tool"), **common,
+            **_optional(event, "reason", "message", "agent", "tool", "run_state"), **common,
         ),
         "execution": lambda: writer.execution(
             call_id=event["call_id"], arguments=_arguments(event["arguments"]),
-            result=event.get("result"), **_optional(event, "error", "agent", "tool"), **common,
+            result=event.get("result"),
+            **_optional(event, "error", "agent", "tool", "run_state"), **common,
         ),
         "session_item": lambda: writer.session_item(
             session_id=event["session_id"], item=event.get("item"),
@@ -112,7 +121,14 @@ def _append(writer: EvidenceWriter, event: dict[str, Any]) -> None:
             call_id=event["call_id"], guardrail=event["guardrail"],
             **_optional(event, "message", "agent", "tool"), **common,
         ),
-        "run_end": lambda: writer.run_end(status=event["status"], **common),
+        "run_end": lambda: writer.run_end(
+            status=event["status"], **_optional(event, "run_state"), **common,
+        ),
+        "run_state": lambda: writer.run_state(
+            run_id=common["run_id"], time_ns=common["time_ns"], state_id=event["state_id"],
+            event=event["event"], parent=event.get("parent"), state=event.get("state"),
+            interruptions=[_interruption(i) for i in event.get("interruptions", [])],
+        ),
     }
     appenders[kind]()
 

@@ -16,8 +16,24 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
   decision on a call beats a sticky decision on its tool;
 - ``argument_integrity``: the arguments executed have the digest of the arguments called;
 - ``exactly_once``: at most one execution per call identity;
-- ``approved_not_executed``: an approved call with no execution by a later ``run_end``
-  of its run (run ids survive a resume, so a resumed run ends under the same id).
+- ``approved_not_executed``: an approved call (top level or nested) with no execution
+  when a later leg of its run, resumed from the state the approval was made on or a
+  descendant of it, ends ``completed`` or ``interrupted`` (it may pause on that very call
+  again); a ``failed`` leg reports nothing, since its retry may still run the call;
+- ``state_isolation``: a decision holds only in legs resumed from the run state it was
+  made on or a descendant of that state: a gated call executed where the only approval
+  was made on another branch (a sibling state) or in another run is reported, and so is
+  an execution in a run that never made the call while another run approved it;
+- ``nested_ownership``: a decision on a call holds at the agent-as-tool scope it was
+  shown for: an execution at another scope than the call it runs (when that call was
+  gated or decided), or a gated call run on the strength of an approval shown for the
+  same call_id at another scope, is reported.
+
+Lineage (see :mod:`ledger.lineage`; the rules keep each run state's parent from its
+first ``run_state`` entry): decisions carry the run state they were made on,
+executions and ``run_end`` entries the state their leg resumed from (null: started
+fresh). Where a side names no state, or a state no ``run_state`` entry records, the
+decision holds as if lineage were not recorded (so partial evidence never reports more).
 """
 
 from __future__ import annotations
@@ -32,11 +48,14 @@ from .findings import (
     ARGUMENT_INTEGRITY,
     EXACTLY_ONCE,
     EXECUTION_PROVENANCE,
+    NESTED_OWNERSHIP,
     OUTPUT_PROVENANCE,
     REJECTION_RESPECTED,
+    STATE_ISOLATION,
     TOOL_LINKAGE,
     Finding,
 )
+from .lineage import ancestry
 
 CallKey = tuple[str, tuple[str, ...], str]
 ANY_MESSAGE = b"*"  # a rejection or block whose message was not recorded matches any output
@@ -44,6 +63,14 @@ ANY_MESSAGE = b"*"  # a rejection or block whose message was not recorded matche
 
 def _short(digest: bytes | None) -> str:
     return "none" if digest is None else "sha256:" + digest.hex()[:16] + "…"
+
+
+def _scope_text(scope: tuple[str, ...]) -> str:
+    return "/".join(scope) if scope else "top level"
+
+
+def _leg_text(leg: str | None) -> str:
+    return f"run state {leg}" if leg else "no run state (a fresh leg)"
 
 
 @dataclass(frozen=True)
@@ -57,6 +84,8 @@ class Decision:
         approver: who decided.
         time: ns since the epoch, UTC.
         always: sticky for the agent's tool.
+        run_id, scope: the call identity it names (what the approver was shown).
+        run_state: id of the run state it was made on, or None.
     """
 
     decision: str
@@ -65,13 +94,17 @@ class Decision:
     approver: str
     time: int
     always: bool
+    run_id: str = ""
+    scope: tuple[str, ...] = ()
+    run_state: str | None = None
 
 
 @dataclass
 class CallState:
     """Everything the rules know about one call identity.
 
-    Attributes mirror the ``call`` body; ``decision`` is the latest explicit decision,
+    Attributes mirror the ``call`` body; ``decision`` is the latest explicit decision
+    (``decisions`` all of them, in log order, whichever run state they were made on),
     ``executions`` the seqs of its executions, ``results`` the digests they returned,
     ``rejection_messages`` / ``blocks`` message digests (``ANY_MESSAGE`` when unknown),
     ``persisted`` the seqs of its persisted outputs, ``authorized_by`` the decision in
@@ -88,6 +121,7 @@ class CallState:
     response_id: str | None
     policy_result: bool | None = None
     decision: Decision | None = None
+    decisions: list[Decision] = field(default_factory=list)
     authorized_by: Decision | None = None
     executions: list[int] = field(default_factory=list)
     executed_at: int | None = None
@@ -114,10 +148,17 @@ class RuleEngine:
         self.findings: list[Finding] = []
         self.notices: list[str] = []
         self.calls: dict[CallKey, CallState] = {}
+        self.state_parents: dict[str, str | None] = {}  # run state id -> parent id
         self._by_id: dict[tuple[str, str], list[CallKey]] = defaultdict(list)
-        self._sticky: dict[tuple[str, str, str], Decision] = {}
+        self._sticky: dict[tuple[str, str, str], list[Decision]] = defaultdict(list)
         self._sessions: dict[str, Counter[str]] = defaultdict(Counter)
-        self._approved: dict[str, set[CallKey]] = defaultdict(set)
+        # run -> call -> its latest approval, until a leg it holds in runs the call
+        self._approved: dict[str, dict[CallKey, Decision]] = defaultdict(dict)
+        # approvals by (run, call_id), any scope; and by (scope, call_id), any run
+        self._approvals_in_run: dict[tuple[str, str], list[Decision]] = defaultdict(list)
+        self._approvals_of_call: dict[tuple[tuple[str, ...], str], list[Decision]] = (
+            defaultdict(list)
+        )
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -141,10 +182,32 @@ class RuleEngine:
         return self._find({"run_id": run_id, "scope": scope, "call_id": call_id})
 
     def _effective(self, call: CallState) -> Decision | None:
+        """The latest explicit decision on ``call``, else the latest sticky one on its tool
+        (whatever run state either was made on)."""
         if call.decision is not None:
             return call.decision
-        run_id = call.key[0]
-        return self._sticky.get((run_id, call.agent, call.tool))
+        sticky = self._sticky.get((call.key[0], call.agent, call.tool))
+        return sticky[-1] if sticky else None
+
+    def _holds(self, decision: Decision, leg: str | None) -> bool:
+        """True when ``decision`` holds in a leg resumed from run state ``leg`` (None: a
+        fresh leg): it was made on ``leg`` or an ancestor of it. A decision or leg whose
+        state no ``run_state`` entry records holds (lineage unknown)."""
+        made_on, known = decision.run_state, self.state_parents
+        if made_on is None or made_on not in known or (leg is not None and leg not in known):
+            return True
+        return made_on in ancestry(known, leg)
+
+    def _in_force(self, call: CallState, leg: str | None) -> Decision | None:
+        """The decision that holds for ``call`` in a leg resumed from ``leg``: the latest
+        explicit one that holds there, else the latest sticky one on its tool that does."""
+        for decision in reversed(call.decisions):
+            if self._holds(decision, leg):
+                return decision
+        for decision in reversed(self._sticky.get((call.key[0], call.agent, call.tool), [])):
+            if self._holds(decision, leg):
+                return decision
+        return None
 
     # -- entry kinds -----------------------------------------------------------------
 
@@ -180,29 +243,62 @@ class RuleEngine:
         if call is None:
             self.notices.append(f"seq {entry.seq}: decision for unrecorded call {b['call_id']}")
             return
+        state = b["run_state"]
+        if state is not None and state not in self.state_parents:
+            self.notices.append(
+                f"seq {entry.seq}: decision on run state {state}, which no run_state entry records"
+            )
         decision = Decision(
             b["decision"], b["args_digest"] or call.args_digest, entry.seq, b["approver"],
-            entry.time, b["always"],
+            entry.time, b["always"], b["run_id"], tuple(b["scope"]), state,
         )
         call.decision = decision
+        call.decisions.append(decision)
         if b["always"]:
-            self._sticky[(call.key[0], b["agent"] or call.agent, b["tool"] or call.tool)] = decision
+            self._sticky[(call.key[0], b["agent"] or call.agent, b["tool"] or call.tool)].append(
+                decision
+            )
+        approved = self._approved[call.key[0]]
         if decision.decision == "approve":
-            self._approved[call.key[0]].add(call.key)
+            approved[call.key] = decision
+            self._approvals_in_run[(decision.run_id, b["call_id"])].append(decision)
+            self._approvals_of_call[(decision.scope, b["call_id"])].append(decision)
         else:
-            self._approved[call.key[0]].discard(call.key)
+            if call.key in approved and self._holds(approved[call.key], state):
+                del approved[call.key]
             call.rejection_messages.add(b["message_digest"] or ANY_MESSAGE)
+
+    def _on_run_state(self, entry: Entry) -> None:
+        state, parent = entry.body["state_id"], entry.body["parent"]
+        if state not in self.state_parents:
+            self.state_parents[state] = parent
+        elif self.state_parents[state] != parent:
+            self.notices.append(
+                f"seq {entry.seq}: run state {state} names parent {parent}, its first entry "
+                f"{self.state_parents[state]}"
+            )
 
     def _on_execution(self, entry: Entry) -> None:
         b = entry.body
+        here: CallKey = (b["run_id"], tuple(b["scope"]), b["call_id"])
+        leg = b["run_state"]
         call = self._find(b)
         if call is None:
             self._report(
                 EXECUTION_PROVENANCE, entry, f"execution of {b['call_id']} has no recorded call",
-                (b["run_id"], tuple(b["scope"]), b["call_id"]),
+                here,
             )
+            self._other_runs(entry, here)
             return
         key = call.key
+        if key[1] != here[1] and (call.gated or call.decisions):
+            decided = f", decided at seq {call.decision.seq}" if call.decision else ""
+            self._report(
+                NESTED_OWNERSHIP, entry,
+                f"executed at {_scope_text(here[1])}; call {key[2]} was made at "
+                f"{_scope_text(key[1])}{decided}", here,
+            )
+            return
         if call.executions:
             self._report(
                 EXACTLY_ONCE, entry,
@@ -214,7 +310,7 @@ class RuleEngine:
                 f"executed arguments {_short(b['args_digest'])} differ from the call's "
                 f"{_short(call.args_digest)}", key,
             )
-        decision = self._effective(call)
+        decision = self._in_force(call, leg)
         if decision is not None and decision.decision == "reject":
             self._report(
                 REJECTION_RESPECTED, entry,
@@ -222,8 +318,14 @@ class RuleEngine:
             )
         elif call.gated:
             if decision is None:
-                self._report(APPROVAL_BINDING, entry, "gated call executed without approval", key)
-            elif decision is call.decision and decision.args_digest != call.args_digest:
+                self._unauthorised(entry, call, leg)
+            elif decision in call.decisions and decision.scope != key[1]:
+                self._report(
+                    NESTED_OWNERSHIP, entry,
+                    f"approval at seq {decision.seq} was shown {key[2]} at "
+                    f"{_scope_text(decision.scope)}, the call is at {_scope_text(key[1])}", key,
+                )
+            elif decision in call.decisions and decision.args_digest != call.args_digest:
                 self._report(
                     APPROVAL_BINDING, entry,
                     f"approval at seq {decision.seq} was shown arguments "
@@ -235,7 +337,46 @@ class RuleEngine:
             call.executed_at, call.authorized_by = entry.time, decision
         if b["result_digest"] is not None:
             call.results.add(b["result_digest"])
-        self._approved[key[0]].discard(key)
+        approved = self._approved[key[0]]
+        if key in approved and self._holds(approved[key], leg):
+            del approved[key]
+
+    def _unauthorised(self, entry: Entry, call: CallState, leg: str | None) -> None:
+        """Report a gated call run with no decision holding in its leg, by why."""
+        key = call.key
+        sticky = self._sticky.get((key[0], call.agent, call.tool), [])
+        elsewhere = [d for d in (*call.decisions, *sticky) if d.decision == "approve"]
+        if elsewhere:
+            d = elsewhere[-1]
+            self._report(
+                STATE_ISOLATION, entry,
+                f"approved at seq {d.seq} on run state {d.run_state}, which is neither "
+                f"{_leg_text(leg)} this leg resumed from nor an ancestor of it", key,
+            )
+            return
+        other_scope = [d for d in self._approvals_in_run[(key[0], key[2])] if d.scope != key[1]]
+        if other_scope:
+            d = other_scope[-1]
+            self._report(
+                NESTED_OWNERSHIP, entry,
+                f"approval at seq {d.seq} was shown {key[2]} at {_scope_text(d.scope)}, "
+                f"the call is at {_scope_text(key[1])}", key,
+            )
+            return
+        if not self._other_runs(entry, key):
+            self._report(APPROVAL_BINDING, entry, "gated call executed without approval", key)
+
+    def _other_runs(self, entry: Entry, key: CallKey) -> bool:
+        """Report ``state_isolation`` if another run approved this scope and call_id."""
+        approvals = self._approvals_of_call.get((key[1], key[2]), [])
+        others = [d for d in approvals if d.run_id != key[0]]
+        if others:
+            d = others[-1]
+            self._report(
+                STATE_ISOLATION, entry,
+                f"no approval in this run; run {d.run_id} approved {key[2]} at seq {d.seq}", key,
+            )
+        return bool(others)
 
     def _on_guardrail(self, entry: Entry) -> None:
         call = self._find(entry.body)
@@ -289,13 +430,19 @@ class RuleEngine:
         )
 
     def _on_run_end(self, entry: Entry) -> None:
-        run_id = entry.body["run_id"]
-        for key in sorted(self._approved.pop(run_id, set()), key=lambda k: self.calls[k].seq):
-            call = self.calls[key]
-            assert call.decision is not None
+        b = entry.body
+        if b["status"] == "failed":
+            return  # a failed leg may be retried; approvals stay pending
+        approved, leg = self._approved.get(b["run_id"], {}), b["run_state"]
+        for key in sorted(approved, key=lambda k: self.calls[k].seq):
+            decision = approved[key]
+            if not self._holds(decision, leg):
+                continue
+            del approved[key]
+            resumed = f" (resumed from run state {leg})" if leg else ""
             self._report(
                 APPROVED_NOT_EXECUTED, entry,
-                f"approved at seq {call.decision.seq} by {call.decision.approver}, "
-                f"not executed when the run ended {entry.body['status']}",
+                f"approved at seq {decision.seq} by {decision.approver}, "
+                f"not executed when the leg{resumed} ended {b['status']}",
                 key,
             )

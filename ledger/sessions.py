@@ -60,9 +60,10 @@ Crash safety of :func:`apply_store_repair` (SQLite):
 5. one ``session_repair`` entry per inserted item is appended (one atomic group),
    then the marker is removed.
 
-A failure before the commit rolls the store back and removes the marker and the backup:
-the old state. A failure after it (or a crash anywhere from step 3 on) leaves the
-marker: :func:`pending_repair_notices` reports it (for ``verify``), and the next
+A failure before the commit is issued rolls the store back and removes the marker and
+the backup: the old state. A failure in or after the commit (or a crash anywhere from
+step 3 on) leaves the marker; SQLite itself keeps the old or the new state, never half.
+:func:`pending_repair_notices` reports the marker (for ``verify``), and the next
 ``repair-session`` of that store settles it (:func:`settle_pending`): it appends the
 missing entries when the store holds the inserted items, else drops the marker.
 
@@ -73,7 +74,6 @@ it rewrites the whole history (``clear_session`` then ``add_items``).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -81,7 +81,7 @@ import sqlite3
 import urllib.parse
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,16 +178,6 @@ class SessionFinding:
         }
 
 
-def _tool_item(item: Any) -> tuple[str | None, str | None]:
-    """(type, call_id) of a function_call / function_call_output item, else (None, None)."""
-    if not isinstance(item, dict):
-        return None, None
-    kind, call_id = item.get("type"), item.get("call_id")
-    if kind in (FUNCTION_CALL, FUNCTION_CALL_OUTPUT) and isinstance(call_id, str):
-        return kind, call_id
-    return None, None
-
-
 def scan_items(
     session_id: str, items: Sequence[Any], rows: Sequence[int] | None = None
 ) -> list[SessionFinding]:
@@ -207,11 +197,19 @@ def scan_items(
     calls: dict[str, list[int]] = defaultdict(list)
     outputs: dict[str, list[int]] = defaultdict(list)
     for i, item in enumerate(items):
-        kind, call_id = _tool_item(item)
-        if kind is None or call_id is None:
+        if not isinstance(item, dict):
             continue
-        kinds[i] = kind
-        (calls if kind == FUNCTION_CALL else outputs)[call_id].append(i)
+        kind = item.get("type")
+        if kind == FUNCTION_CALL:
+            found_in = calls
+        elif kind == FUNCTION_CALL_OUTPUT:
+            found_in = outputs
+        else:
+            continue
+        call_id = item.get("call_id")
+        if isinstance(call_id, str):
+            kinds[i] = kind
+            found_in[call_id].append(i)
 
     found: list[SessionFinding] = []
 
@@ -265,15 +263,15 @@ class SessionItems:
         session_id: the session.
         items: decoded items, oldest first (what ``get_items()`` returns).
         rows: per item, its SQLite row id or dump line number; None when not from a file.
-        fingerprint: SHA-256 over every raw row of the session (ids and bytes, decodable
-            or not), so a writer can tell whether the session changed since; 32 bytes,
-            or empty when not from a SQLite file.
+        skipped: SQLite row ids of the session's rows that are not JSON (the SDK skips
+            them too). Items, rows and skipped together tell a writer whether the session
+            changed since it was read.
     """
 
     session_id: str
     items: list[Any]
     rows: list[int] | None = None
-    fingerprint: bytes = b""
+    skipped: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -325,19 +323,55 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in conn.execute(f"PRAGMA table_info({_table(table)})")]
 
 
-def _update_fingerprint(hasher: Any, row_id: Any, data: Any) -> None:
-    raw = data if isinstance(data, bytes) else str(data).encode("utf-8", "surrogatepass")
-    head = f"{row_id}:{type(data).__name__}:{len(raw)}:".encode()
-    hasher.update(head)
-    hasher.update(raw)
+_SKIP = object()
+_raw_decode = json.JSONDecoder().raw_decode
 
 
-def _decode_row(data: Any) -> tuple[bool, Any]:
-    """Decode ``message_data`` as the SDK does (it skips what json.loads refuses)."""
+def _decode_row(data: Any) -> Any:
+    """``message_data`` decoded as the SDK decodes it (``json.loads``), or ``_SKIP`` for
+    what it refuses (the SDK skips those rows). The common case - a str holding exactly
+    one JSON document - takes the faster public ``raw_decode``; anything else goes
+    through ``json.loads`` itself."""
+    if type(data) is str:
+        try:
+            value, end = _raw_decode(data)
+            if end == len(data):
+                return value
+        except ValueError:
+            pass
     try:
-        return True, json.loads(data)
+        return json.loads(data)
     except (ValueError, TypeError):
-        return False, None
+        return _SKIP
+
+
+def _session_rows(
+    rows: Iterable[tuple[Any, Any, Any]], contents: StoreContents | None = None
+) -> Iterator[SessionItems]:
+    """Group ``(id, session_id, message_data)`` rows, ordered by session then id, into
+    sessions; rows that are not JSON are skipped (and named in ``contents.notices``)."""
+    current: SessionItems | None = None
+    key: Any = None
+    items: list[Any] = []
+    ids: list[int] = []
+    for row_id, sid, data in rows:
+        if current is None or sid != key:
+            if current is not None:
+                yield current
+            key, items, ids = sid, [], []
+            current = SessionItems(str(sid), items, ids)
+        value = _decode_row(data)
+        if value is _SKIP:
+            current.skipped.append(row_id)
+            if contents is not None:
+                contents.notices.append(
+                    f"session {sid}: row {row_id} is not JSON; the SDK skips it (not scanned)"
+                )
+            continue
+        items.append(value)
+        ids.append(row_id)
+    if current is not None:
+        yield current
 
 
 def _read_sqlite(path: Path, session_id: str | None, table: str) -> StoreContents:
@@ -362,27 +396,7 @@ def _read_sqlite(path: Path, session_id: str | None, table: str) -> StoreContent
     except sqlite3.Error as exc:
         raise UsageError(f"{path}: unreadable SQLite database: {exc}") from exc
     contents = StoreContents(path, "sqlite", [], messages_table=table)
-    current: SessionItems | None = None
-    hasher: Any = None
-    for row_id, sid, data in rows:
-        sid = str(sid)
-        if current is None or current.session_id != sid:
-            if current is not None:
-                current.fingerprint = hasher.digest()
-            current, hasher = SessionItems(sid, [], []), hashlib.sha256()
-            contents.sessions.append(current)
-        _update_fingerprint(hasher, row_id, data)
-        ok, item = _decode_row(data)
-        if not ok:
-            contents.notices.append(
-                f"session {sid}: row {row_id} is not JSON; the SDK skips it (not scanned)"
-            )
-            continue
-        current.items.append(item)
-        assert current.rows is not None
-        current.rows.append(int(row_id))
-    if current is not None:
-        current.fingerprint = hasher.digest()
+    contents.sessions = list(_session_rows(rows, contents))
     return contents
 
 
@@ -400,10 +414,9 @@ def _read_jsonl(path: Path, session_id: str | None) -> StoreContents:
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except ValueError as exc:
-            raise UsageError(f"{path} line {number}: not JSON ({exc})") from exc
+        record = _decode_row(line)
+        if record is _SKIP:
+            raise UsageError(f"{path} line {number}: not JSON")
         if not (isinstance(record, dict) and set(record) == {"session_id", "item"}
                 and isinstance(record["session_id"], str)):
             raise UsageError(
@@ -915,17 +928,24 @@ def pending_repair_notices(ledger: Ledger | str | os.PathLike[str] | None) -> li
         if pending.doc is None:
             notices.append(f"session repair marker {name} is unreadable")
             continue
-        store = pending.doc.get("store")
+        store, rid = pending.doc.get("store"), pending.repair_id
         if pending.recorded:
+            notices.append(f"session repair {rid} is recorded but its marker {name} was "
+                           f"left; the next repair-session of {store} removes it")
+        elif pending.doc.get("format") == "session":
+            history = ", ".join(f"{sid}: {d}" for sid, d in
+                                sorted((pending.doc.get("history_digests") or {}).items()))
             notices.append(
-                f"session repair {pending.repair_id} is recorded but its marker {name} was "
-                f"left; the next repair-session of {store} removes it"
+                f"session repair {rid} of a {store} object has no session_repair entry "
+                f"(marker {name}): its whole-history rewrite may have stopped half-way; the "
+                f"history before it is in the payload store ({history})"
             )
         else:
             notices.append(
-                f"session repair {pending.repair_id} of {store} has no session_repair entry "
-                f"(marker {name}): the store may hold items the ledger does not record; run "
-                f"`evidence-ledger repair-session {store} --apply` with this ledger to settle it"
+                f"session repair {rid} of {store} has no session_repair entry (marker "
+                f"{name}): the store may hold items the ledger does not record; run "
+                f"`evidence-ledger repair-session {store} --ledger {book.directory} --apply "
+                "--by NAME` to settle it"
             )
     return notices
 
@@ -1027,14 +1047,14 @@ class RepairResult:
     entries: list[bytes]
 
 
-def _session_fingerprint(conn: sqlite3.Connection, table: str, session_id: str) -> bytes:
-    hasher = hashlib.sha256()
-    for row_id, data in conn.execute(
-        f"SELECT id, message_data FROM {_table(table)} WHERE session_id = ? ORDER BY id",
-        (session_id,),
-    ):
-        _update_fingerprint(hasher, row_id, data)
-    return hasher.digest()
+def _unchanged(conn: sqlite3.Connection, table: str, planned: SessionItems) -> bool:
+    """Whether the session reads now (under the caller's lock) as it was planned from."""
+    rows = conn.execute(
+        f"SELECT id, session_id, message_data FROM {_table(table)} WHERE session_id = ? "
+        "ORDER BY id", (planned.session_id,),
+    )
+    now = next(_session_rows(rows), SessionItems(planned.session_id, [], []))
+    return (now.items, now.rows, now.skipped) == (planned.items, planned.rows, planned.skipped)
 
 
 def _backup(store: Path, path: Path) -> None:
@@ -1182,7 +1202,7 @@ def apply_store_repair(
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("BEGIN IMMEDIATE")
         for s in sessions:
-            if _session_fingerprint(conn, table, s.session.session_id) != s.session.fingerprint:
+            if not _unchanged(conn, table, s.session):
                 raise EvidenceError(
                     f"session {s.session.session_id} changed since it was read (another "
                     "writer?); nothing changed, run repair-session again"

@@ -17,9 +17,9 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from . import digests
+from . import digests, encoding
 from .entries import ZERO_HASH, Entry, entry_hash
 from .errors import UsageError
 from .log import Ledger, Tail
@@ -27,9 +27,27 @@ from .log import Ledger, Tail
 Scope = tuple[str, ...]
 CallKey = tuple[str, Scope, str]
 
+
+class Interruption(NamedTuple):
+    """A pending approval of a run state, as :meth:`EvidenceWriter.run_state` records it.
+
+    Attributes:
+        call_id: the call waiting for a decision.
+        tool, agent: what it calls, and who.
+        scope: agent-as-tool edges of the recorded call, None when not known.
+        arguments: the raw arguments string shown, None when not known.
+    """
+
+    call_id: str
+    tool: str | None = None
+    agent: str | None = None
+    scope: Sequence[str] | None = None
+    arguments: str | None = None
+
 RUN_STATUSES = ("completed", "interrupted", "failed")
 DECISIONS = ("approve", "reject")
 SESSION_OPS = ("add", "pop", "clear")
+STATE_EVENTS = ("to_state", "to_json", "loaded", "resume")
 
 
 def item_bytes(item: Any) -> bytes:
@@ -245,12 +263,14 @@ class EvidenceWriter:
         arguments: str | None = None,
         agent: str | None = None,
         tool: str | None = None,
+        run_state: str | None = None,
         time_ns: int | None = None,
     ) -> bytes:
         """Record a human ``approve`` or ``reject`` bound to one call.
 
         ``arguments`` is what the approver was shown (default: the call's recorded
         arguments digest). ``always`` makes the decision sticky for the agent's tool.
+        ``run_state`` is the id of the run state (see :meth:`run_state`) it was made on.
 
         Raises:
             UsageError: if ``decision`` is not ``approve`` or ``reject``.
@@ -268,6 +288,7 @@ class EvidenceWriter:
             "always": bool(always), "approver": approver, "reason": reason,
             "message_digest": self._put(digests.output_bytes(message)) if message else None,
             "args_digest": args_digest, "args_form": args_form, "agent": agent, "tool": tool,
+            "run_state": run_state,
         }
         return self.append("decision", body, [call_hash] if call_hash else [], time_ns)
 
@@ -282,12 +303,14 @@ class EvidenceWriter:
         tool: str | None = None,
         result: Any = None,
         error: str | None = None,
+        run_state: str | None = None,
         time_ns: int | None = None,
     ) -> bytes:
         """Record that a tool ran with ``arguments`` (raw string) and returned ``result``.
 
         ``result`` is digested like a persisted output (see :func:`digests.output_bytes`);
-        ``None`` with ``error`` set records a failed execution.
+        ``None`` with ``error`` set records a failed execution. ``run_state`` is the id of
+        the run state the leg that ran it resumed from (None for a leg started fresh).
         """
         args = digests.arguments_digest(arguments)
         result_digest = None
@@ -300,7 +323,7 @@ class EvidenceWriter:
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
             "tool": tool, "args_digest": args.digest, "args_form": args.form,
             "args_payload": self._put(args.raw), "result_digest": result_digest,
-            "error": error,
+            "error": error, "run_state": run_state,
         }
         return self.append("execution", body, self._call_refs(run_id, scope, call_id), time_ns)
 
@@ -366,17 +389,70 @@ class EvidenceWriter:
         return self.append("guardrail", body, self._call_refs(run_id, scope, call_id), time_ns)
 
     def run_end(
-        self, *, run_id: str, status: str, scope: Sequence[str] = (), time_ns: int | None = None
+        self,
+        *,
+        run_id: str,
+        status: str,
+        scope: Sequence[str] = (),
+        run_state: str | None = None,
+        time_ns: int | None = None,
     ) -> bytes:
         """Record the end of a run (or of one leg of it): completed, interrupted or failed.
+
+        ``run_state`` is the id of the run state the leg resumed from (None: started fresh).
 
         Raises:
             UsageError: if ``status`` is unknown.
         """
         if status not in RUN_STATUSES:
             raise UsageError(f"run status must be one of {RUN_STATUSES}, not {status!r}")
-        body = {"run_id": run_id, "scope": list(scope), "status": status}
+        body = {"run_id": run_id, "scope": list(scope), "status": status, "run_state": run_state}
         return self.append("run_end", body, [], time_ns)
+
+    def run_state(
+        self,
+        *,
+        run_id: str,
+        state_id: str,
+        event: str,
+        parent: str | None = None,
+        state: Any = None,
+        digest: bytes | None = None,
+        interruptions: Sequence[Interruption] = (),
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record a run state (a paused run's ``RunState``) of run ``run_id``.
+
+        ``state_id`` names the state; ``parent`` the state it was derived from.
+        ``event`` is ``to_state`` (made from a run result), ``to_json`` (serialised),
+        ``loaded`` (first met, restored from JSON) or ``resume`` (a leg resumed from
+        it). ``state`` is its serialised form (a JSON value, digested with RFC 8785 into
+        the 32-byte ``digest``, not stored); or pass ``digest`` itself. ``interruptions``
+        are its pending approvals.
+
+        Raises:
+            UsageError: if ``event`` is unknown.
+        """
+        if event not in STATE_EVENTS:
+            raise UsageError(f"run state event must be one of {STATE_EVENTS}, not {event!r}")
+        if state is not None:
+            digest = digests.sha256(item_bytes(state))
+        pending = []
+        for item in interruptions:
+            fields = {
+                "call_id": item.call_id, "tool": item.tool, "agent": item.agent,
+                "scope": None if item.scope is None else list(item.scope),
+                "args_digest": (
+                    None if item.arguments is None
+                    else digests.arguments_digest(item.arguments).digest
+                ),
+            }
+            pending.append({name: fields[name] for name in encoding.canonical_order(fields)})
+        body = {
+            "run_id": run_id, "state_id": state_id, "parent": parent, "event": event,
+            "digest": digest, "interruptions": pending,
+        }
+        return self.append("run_state", body, [], time_ns)
 
     def redaction(
         self, *, digest: bytes, reason: str, by: str | None = None, time_ns: int | None = None

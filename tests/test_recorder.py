@@ -33,6 +33,7 @@ from ledger.entries import Entry
 from ledger.errors import UsageError
 from ledger.integrations.openai_agents import (
     RUN_ID_KEY,
+    RUN_STATE_KEY,
     RecordedSession,
     Recorder,
     state_run_id,
@@ -131,8 +132,9 @@ async def test_run_id_survives_the_run_state_json_round_trip(tmp_path: Path) -> 
     paused = await Recorder(tmp_path).run(agent, "refund please")
     text = json.dumps(paused.to_state().to_json())
     run_id = of_kind(entries(tmp_path), "run_end")[0]["run_id"]
+    made = of_kind(entries(tmp_path), "run_state")[0]["state_id"]
 
-    assert json.loads(text)["context"]["context"] == {RUN_ID_KEY: run_id}
+    assert json.loads(text)["context"]["context"] == {RUN_ID_KEY: run_id, RUN_STATE_KEY: made}
     state = await RunState.from_json(flow.build_agent(), json.loads(text))
     assert state_run_id(state) == run_id
 

@@ -56,6 +56,7 @@ import contextlib
 import inspect
 import os
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -85,14 +86,18 @@ from openai.types.responses import ResponseFunctionToolCall
 
 from ..errors import UsageError
 from ..log import Ledger
-from ..writer import EvidenceWriter, Scope
+from ..writer import EvidenceWriter, Interruption, Scope
 
 __all__ = [
-    "RUN_ID_KEY", "RecordedSession", "Recorder", "attach", "persisted_output", "state_run_id",
+    "RUN_ID_KEY", "RUN_STATE_KEY", "RecordedSession", "Recorder", "attach", "persisted_output",
+    "state_id", "state_run_id",
 ]
 
 RUN_ID_KEY = "evidence_ledger_run_id"
 """Key of the run id in a mapping run context."""
+
+RUN_STATE_KEY = "evidence_ledger_run_state"
+"""Key of the run state id in the context of a serialised ``RunState`` (``to_json()``)."""
 
 _MARK = "_evidence_ledger_attached"
 
@@ -102,6 +107,7 @@ class _Frame:
     writer: EvidenceWriter
     run_id: str
     scope: Scope = ()
+    run_state: str | None = None  # the state this leg resumed from; None: started fresh
 
 
 _FRAME: ContextVar[_Frame | None] = ContextVar("evidence_ledger_frame", default=None)
@@ -177,7 +183,8 @@ class Recorder:
         frame = self._start(agent, input, kwargs)
         with self._leg(frame):
             result = await Runner.run(agent, input, **kwargs)
-        self.writer.run_end(run_id=frame.run_id, status=_status(result))
+        self.writer.run_end(run_id=frame.run_id, status=_status(result), run_state=frame.run_state)
+        self._derive_states(result, frame)
         return result
 
     def run_streamed(self, agent: Agent[Any], input: Any, **kwargs: Any) -> RunResultStreaming:
@@ -192,6 +199,7 @@ class Recorder:
         frame = self._start(agent, input, kwargs)
         with self._leg(frame):  # the SDK's run task copies the context variable
             result = Runner.run_streamed(agent, input, **kwargs)
+        self._derive_states(result, frame)
         events = result.stream_events
 
         async def recorded_events() -> AsyncIterator[StreamEvent]:
@@ -201,7 +209,7 @@ class Recorder:
                     yield event
                 status = _status(result)
             finally:
-                self.writer.run_end(run_id=frame.run_id, status=status)
+                self.writer.run_end(run_id=frame.run_id, status=status, run_state=frame.run_state)
 
         result.stream_events = recorded_events  # type: ignore[method-assign]
         return result
@@ -213,7 +221,7 @@ class Recorder:
             try:
                 yield
             except BaseException:
-                self.writer.run_end(run_id=frame.run_id, status="failed")
+                self.writer.run_end(run_id=frame.run_id, status="failed", run_state=frame.run_state)
                 raise
 
     def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> _Frame:
@@ -222,7 +230,9 @@ class Recorder:
         if session is not None and not isinstance(session, RecordedSession):
             kwargs["session"] = RecordedSession(self.writer, session)
         if isinstance(input, RunState):
-            return _Frame(self.writer, state_run_id(input))
+            info = self._adopt(input)
+            _record_state(input, info, "resume")
+            return _Frame(self.writer, info.run_id, run_state=info.state_id)
         run_id = uuid.uuid4().hex
         context = kwargs.get("context")
         if context is None:
@@ -235,6 +245,39 @@ class Recorder:
                 f"{type(context).__name__}"
             )
         return _Frame(self.writer, run_id)
+
+    # -- run states --------------------------------------------------------------------
+
+    def _derive_states(self, result: RunResult | RunResultStreaming, frame: _Frame) -> None:
+        """Make ``result.to_state()`` give each state it returns an id of its own, whose
+        parent is the state this leg resumed from (so two calls give siblings)."""
+        make = result.to_state
+        writer = self.writer
+
+        def to_state() -> RunState[Any, Any]:
+            state = make()
+            info = _StateInfo(writer, uuid.uuid4().hex, frame.run_state, frame.run_id)
+            _register(state, info)
+            _record_state(state, info, "to_state")
+            return state
+
+        result.to_state = to_state  # type: ignore[method-assign]
+
+    def _adopt(self, state: RunState[Any, Any]) -> _StateInfo:
+        """The id of ``state``; a state not seen before (one restored with
+        ``RunState.from_json``) gets one, with the id its JSON carried as parent."""
+        info = _state_info(state)
+        if info is not None:
+            return info
+        run_id = state_run_id(state)
+        context = state._context.context if state._context is not None else None
+        parent = context.get(RUN_STATE_KEY) if isinstance(context, Mapping) else None
+        info = _StateInfo(
+            self.writer, uuid.uuid4().hex, parent if isinstance(parent, str) else None, run_id,
+        )
+        _register(state, info)
+        _record_state(state, info, "loaded")
+        return info
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -258,8 +301,11 @@ class Recorder:
                 or the call was not recorded in this run (or is ambiguous).
         """
         pending, run_id, scope = self._pending(state, item)
+        made_on = self._adopt(state).state_id
         with self.writer.atomic():  # nothing is recorded if the SDK refuses
-            self._decision(run_id, scope, item, "approve", approver, reason, None, always)
+            self._decision(
+                run_id, scope, item, "approve", approver, reason, None, always, made_on,
+            )
             state.approve(pending, always_approve=always)
 
     def reject(
@@ -283,9 +329,10 @@ class Recorder:
             UsageError: as :meth:`approve`.
         """
         pending, run_id, scope = self._pending(state, item)
+        made_on = self._adopt(state).state_id
         text = DEFAULT_APPROVAL_REJECTION_MESSAGE if message is None else message
         with self.writer.atomic():
-            self._decision(run_id, scope, item, "reject", approver, reason, text, always)
+            self._decision(run_id, scope, item, "reject", approver, reason, text, always, made_on)
             state.reject(pending, always_reject=always, rejection_message=text)
 
     def _pending(
@@ -303,12 +350,13 @@ class Recorder:
 
     def _decision(
         self, run_id: str, scope: Scope, item: ToolApprovalItem, decision: str,
-        approver: str, reason: str | None, message: str | None, always: bool,
+        approver: str, reason: str | None, message: str | None, always: bool, made_on: str,
     ) -> None:
         self.writer.decision(
             run_id=run_id, call_id=str(item.call_id), decision=decision, approver=approver,
             scope=scope, always=always, reason=reason, message=message,
             arguments=item.arguments, agent=item.agent.name, tool=item.tool_name,
+            run_state=made_on,
         )
 
 
@@ -424,7 +472,7 @@ def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) 
     frame.writer.execution(
         run_id=frame.run_id, call_id=context.tool_call_id, arguments=context.tool_arguments,
         scope=frame.scope, agent=agent.name, tool=tool.name,
-        result=persisted_output(context, tool, result),
+        result=persisted_output(context, tool, result), run_state=frame.run_state,
     )
 
 
@@ -440,6 +488,110 @@ def state_run_id(state: RunState[Any, Any]) -> str:
     if not isinstance(run_id, str):
         raise UsageError(f"the RunState's context has no {RUN_ID_KEY!r}: not a recorded run")
     return run_id
+
+
+# -- run states ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _StateInfo:
+    writer: EvidenceWriter
+    state_id: str
+    parent: str | None
+    run_id: str
+
+
+# id(RunState) -> (weak reference, info): RunState is a dataclass, hence unhashable
+_STATES: dict[int, tuple[weakref.ref[Any], _StateInfo]] = {}
+_RECORDING_CLASSES: dict[type, type] = {}
+
+
+def _state_info(state: Any) -> _StateInfo | None:
+    found = _STATES.get(id(state))
+    return found[1] if found is not None and found[0]() is state else None
+
+
+def state_id(state: RunState[Any, Any]) -> str | None:
+    """The id the recorder gave ``state`` (see the module docstring), or None when no
+    recorder has met this object yet."""
+    info = _state_info(state)
+    return info.state_id if info is not None else None
+
+
+def _register(state: RunState[Any, Any], info: _StateInfo) -> None:
+    key = id(state)
+
+    def forget(ref: weakref.ref[Any]) -> None:
+        if key in _STATES and _STATES[key][0] is ref:
+            del _STATES[key]
+
+    _STATES[key] = (weakref.ref(state, forget), info)
+    state.__class__ = _recording_class(type(state))
+
+
+def _recording_class(cls: Any) -> Any:
+    """A subclass of ``cls`` whose ``to_json()`` writes the state's id into the output
+    and records a ``to_json`` event (``to_string()`` goes through it too)."""
+    if getattr(cls, "_evidence_ledger_base", None) is not None:
+        return cls
+    sub = _RECORDING_CLASSES.get(cls)
+    if sub is None:
+
+        def to_json(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            data = _with_state_id(self, cls.to_json(self, *args, **kwargs))
+            info = _state_info(self)
+            if info is not None:
+                _record_state(self, info, "to_json", data)
+            return data
+
+        sub = type(cls.__name__, (cls,), {
+            "to_json": to_json, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__, "_evidence_ledger_base": cls,
+        })
+        _RECORDING_CLASSES[cls] = sub
+    return sub
+
+
+def _with_state_id(state: Any, data: Any) -> Any:
+    """``data`` (a ``to_json()`` output) with ``state``'s id in its context mapping (a
+    copy: the live context is shared with sibling states)."""
+    info = _state_info(state)
+    outer = data.get("context") if isinstance(data, dict) else None
+    if info is None or not isinstance(outer, dict) or not isinstance(outer.get("context"), dict):
+        return data
+    inner = {**outer["context"], RUN_STATE_KEY: info.state_id}
+    return {**data, "context": {**outer, "context": inner}}
+
+
+def _serialised(state: Any) -> Any:
+    """``state.to_json()`` as the user would get it, recording nothing; None if the SDK
+    cannot serialise it (a context value that is not JSON, for example)."""
+    base = getattr(type(state), "_evidence_ledger_base", type(state))
+    try:
+        return _with_state_id(state, base.to_json(state))
+    except Exception:
+        return None
+
+
+def _record_state(state: Any, info: _StateInfo, event: str, data: Any = None) -> None:
+    """Write a ``run_state`` entry for ``state`` (``data``: its serialised form, if known)."""
+    writer = info.writer
+    pending = []
+    for item in state.get_interruptions():
+        call_id = str(item.call_id)
+        scopes = writer.call_scopes(info.run_id, call_id)
+        arguments = getattr(item, "arguments", None)
+        agent = getattr(item, "agent", None)
+        pending.append(Interruption(
+            call_id=call_id, tool=item.tool_name, agent=getattr(agent, "name", None),
+            scope=scopes[0] if len(scopes) == 1 else None,
+            arguments=arguments if isinstance(arguments, str) else None,
+        ))
+    data = _serialised(state) if data is None else data
+    writer.run_state(
+        run_id=info.run_id, state_id=info.state_id, parent=info.parent, event=event,
+        state=data, interruptions=pending,
+    )
 
 
 class _RecordingHooks(AgentHooks[Any]):

@@ -1,0 +1,195 @@
+"""Benchmark the DuckDB index: build, no-op check, queries, incremental update, export.
+
+    .venv/bin/python -m benchmarks.bench_index [--entries 1000000] [--dir DIR] [--keep]
+
+Not a test (``make test`` does not run it). The synthetic ledger is written with
+:meth:`EvidenceWriter.append` in one ``atomic()`` group per 10k entries, with bodies
+built directly (digests stand in for payloads, which the index never reads): call
+chains as the recorder writes them (call, decision for gated calls, execution, the
+``function_call`` and ``function_call_output`` session items, ``run_end`` every 40
+chains) with violations put in on purpose (gated calls run without approval, approvals
+never executed, outputs of calls never recorded).
+
+Targets from the issue: index build >= 100k entries/s, a selective query < 100 ms at
+10^6 entries. Figures are wall-clock on this machine, single runs except the queries
+(median of 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ledger.entries import BODY_FIELDS, decode_entry
+from ledger.export import export_ledger
+from ledger.index import run_query, update_index
+from ledger.log import Ledger
+from ledger.store import Record
+from ledger.writer import EvidenceWriter
+
+GROUP = 10_000
+CHAINS_PER_RUN = 40
+T0 = 1_741_000_000 * 10**9
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+def generate(directory: Path, entries: int) -> int:
+    """Append at least ``entries`` entries (whole chains); return how many."""
+    writer = EvidenceWriter(Ledger(directory), clock=lambda: 0)
+    n = i = 0
+    while n < entries:
+        with writer.atomic():
+            start = n
+            while n - start < GROUP and n < entries:
+                n += _chain(writer, i, T0 + n * 1_000_000)
+                i += 1
+    return n
+
+
+def _chain(w: EvidenceWriter, i: int, t: int) -> int:
+    run = f"run-{i // CHAINS_PER_RUN:06d}"
+    cid = f"call_{i:09d}"
+    ident = {"run_id": run, "scope": [], "call_id": cid}
+    args = _digest(f"args {i % 997}")
+    gated = i % 2 == 0
+    appended = 0
+
+    def add(kind: str, body: dict) -> None:
+        nonlocal appended
+        unknown = set(body) - set(BODY_FIELDS[kind])
+        assert not unknown, unknown
+        full = {name: body.get(name) for name in BODY_FIELDS[kind]}  # newer fields: None
+        w.append(kind, full, time_ns=t + appended * 1000)
+        appended += 1
+
+    if i % 211 != 5:  # every 211th output names a call that was never recorded
+        add("call", {**ident, "agent": "billing", "tool": "charge", "args_digest": args,
+                     "args_form": "jcs", "args_payload": args, "needs_approval": gated,
+                     "response_id": f"resp_{i}"})
+    if gated and i % 97 != 0:  # every 97th gated call runs without approval
+        add("decision", {**ident, "decision": "approve", "always": False,
+                         "approver": f"user{i % 13}@example.com"})
+    if i % 101 != 2:  # every 101st approved call is never executed
+        add("execution", {**ident, "args_digest": args, "args_form": "jcs",
+                          "args_payload": args, "result_digest": _digest(f"result {i}")})
+        session = {"run_id": run, "scope": [], "session_id": f"s-{run}", "op": "add"}
+        add("session_item", {**session, "item_type": "function_call", "call_id": cid,
+                             "item_digest": _digest(f"fc {i}"), "args_digest": args})
+        add("session_item", {**session, "item_type": "function_call_output", "call_id": cid,
+                             "item_digest": _digest(f"fco {i}"),
+                             "output_digest": _digest(f"result {i}")})
+    if i % CHAINS_PER_RUN == CHAINS_PER_RUN - 1:
+        add("run_end", {"run_id": run, "scope": [], "status": "completed"})
+    return appended
+
+
+def _median_ms(fn: Callable[[], object], runs: int = 5) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def _timed(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - start, value
+
+
+def run(directory: Path, entries: int) -> list[tuple[str, str, str]]:
+    """Run every measurement; return ``(what, figure, target)`` rows."""
+    out: list[tuple[str, str, str]] = []
+    seconds, made = _timed(lambda: generate(directory, entries))
+    ledger = Ledger(directory)
+    log_mb = ledger.store.path.stat().st_size / 1e6
+    out.append(("generate ledger", f"{made:,} entries, {log_mb:,.1f} MB log.bin in "
+                                   f"{seconds:.1f} s", ""))
+
+    sample = [r for _, r in zip(range(50_000), ledger.scan(), strict=False)
+              if isinstance(r, Record)]
+    decode_s, _ = _timed(lambda: [decode_entry(r.data) for r in sample])
+    out.append(("decode_entry alone", f"{len(sample) / decode_s:,.0f} entries/s "
+                                      f"({decode_s / len(sample) * 1e6:.1f} us/entry)", ""))
+
+    seconds, _ = _timed(lambda: update_index(ledger))
+    rate = made / seconds
+    index_mb = (directory / "index.duckdb").stat().st_size / 1e6
+    out.append(("index build (full)", f"{rate:,.0f} entries/s ({seconds:.1f} s; index "
+                                      f"{index_mb:,.1f} MB)", ">= 100,000 entries/s"
+                + ("  met" if rate >= 100_000 else "  NOT met")))
+
+    out.append(("query, index current: no-op check + tiny SELECT",
+                f"{_median_ms(lambda: run_query(ledger, 'SELECT 1')):.1f} ms", ""))
+    probe = f"call_{(made // 5 // 2) | 1:09d}"
+    selective = (f"SELECT * FROM call_chains WHERE call_id = '{probe}'")
+    ms = _median_ms(lambda: run_query(ledger, selective))
+    out.append(("selective query on call_chains (one call_id)", f"{ms:.1f} ms",
+                "< 100 ms" + ("  met" if ms < 100 else "  NOT met")))
+    by_run = "SELECT * FROM calls WHERE run_id = 'run-000123'"
+    out.append(("selective query on calls (one run_id)",
+                f"{_median_ms(lambda: run_query(ledger, by_run)):.1f} ms", ""))
+    gated = ("SELECT run_id, scope, call_id FROM call_chains WHERE needs_approval AND "
+             "executed_at IS NOT NULL AND (decision IS NULL OR decided_at > executed_at)")
+    found: list[object] = []
+    ms = _median_ms(lambda: found.append(run_query(ledger, gated)))
+    out.append(("call_chains: gated calls run without approval",
+                f"{ms:.1f} ms ({len(found[-1].rows):,} rows)", ""))  # type: ignore[attr-defined]
+    statuses = "SELECT status, count(*) FROM call_chains GROUP BY status"
+    out.append(("call_chains: count per status (full scan)",
+                f"{_median_ms(lambda: run_query(ledger, statuses)):.1f} ms", ""))
+    full = "SELECT * FROM call_chains"
+    seconds, result = _timed(lambda: run_query(ledger, full))
+    out.append(("call_chains: every row into Python",
+                f"{seconds * 1000:,.0f} ms ({len(result.rows):,} rows)", ""))  # type: ignore[attr-defined]
+
+    writer = EvidenceWriter(ledger)
+    with writer.atomic():
+        for i in range(1000):
+            writer.run_end(run_id=f"late-{i}", status="completed", time_ns=T0)
+    seconds, _ = _timed(lambda: update_index(ledger))
+    out.append(("incremental update, +1,000 entries", f"{seconds:.2f} s (state reload "
+                                                      "and save dominate)", ""))
+
+    export_dir = directory / "export"
+    seconds, _ = _timed(lambda: export_ledger(ledger, export_dir, "parquet"))
+    size = sum(p.stat().st_size for p in export_dir.iterdir()) / 1e6
+    out.append(("export parquet (index current)", f"{seconds:.1f} s ({size:,.1f} MB)", ""))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--dir", type=Path, help="where to build (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the ledger afterwards")
+    args = parser.parse_args(argv)
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="bench-index-"))
+    if (directory / "log.bin").exists():
+        print(f"{directory} already holds a ledger", file=sys.stderr)
+        return 2
+    try:
+        rows = run(directory, args.entries)
+    finally:
+        if not args.keep:
+            shutil.rmtree(directory, ignore_errors=True)
+    width = max(len(r[0]) for r in rows)
+    print(f"bench_index, {args.entries:,} entries")
+    for what, figure, target in rows:
+        print(f"  {what:<{width}}  {figure}" + (f"   [target {target}]" if target else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""Run-state lineage scenarios, each recorded into its own ledger (offline, scripted models).
+
+A paused run becomes a ``RunState`` that apps serialise, fork, approve on one copy and resume
+in another process, or retry after a failure. Each scenario below does one of those with a
+gated tool ``wire`` and records it through :class:`~ledger.integrations.openai_agents.Recorder`:
+
+  fork            one paused result, ``to_state()`` twice (siblings A and B); approve the
+                  call on A only; resume B (it must pause again), then A (it must run it)
+  reuse_call_id   two runs whose top agents call the agent tool ``ask_payer`` with the same
+                  call_id and arguments; the nested ``wire`` calls share a call_id but not
+                  their arguments; approve run A's nested call only; resume B, then A
+  nested1..3      the gated tool 1, 2 or 3 ``as_tool`` edges below the top agent; the state
+                  goes through ``to_json()`` / JSON text / ``RunState.from_json()``, the
+                  nested call is approved and the run resumed (it must run at its scope)
+  retry_write     the approved state is parked as JSON; the first resume fails on a session
+                  write; the retry reloads the JSON and resumes again (it must run once)
+
+Each runs not streamed (``<name>``) and streamed (``<name>-streamed``). Works with
+openai-agents 0.20 - 0.24: ``agents.testing.ScriptedModel`` where the SDK has it, else a
+tiny scripted model of our own (0.20 has no ``agents.testing``).
+
+Run:  python examples/lineage_scenarios.py --out DIR [--only NAME ...]
+      (ledgers in DIR/<name>[-streamed]/; prints one JSON line per ledger)
+Then: evidence-ledger verify --ledger DIR/<name>
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import traceback
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+
+from agents import Agent, RunState, SQLiteSession, Usage, function_tool
+from agents.exceptions import AgentsException
+from agents.items import ModelResponse
+from agents.models.interface import Model
+from agents.version import __version__ as SDK_VERSION
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+from ledger.integrations.openai_agents import Recorder
+
+Plan = list[tuple[str, dict[str, Any], str]]  # (tool, arguments, call_id), in order
+Responder = Callable[[Any], list[Any]]
+
+# -- scripted models ---------------------------------------------------------------------
+
+
+def _get(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def responder(plan: Plan, answer: str) -> Responder:
+    """A model turn that makes the next call of ``plan`` whose output is not in the input
+    yet (one call per turn), then answers ``answer``. Robust to replays and resumes."""
+
+    def respond(model_input: Any) -> list[Any]:
+        items = model_input if isinstance(model_input, list) else []
+        done = {_get(i, "call_id") for i in items if _get(i, "type") == "function_call_output"}
+        for tool, arguments, call_id in plan:
+            if call_id not in done:
+                return [ResponseFunctionToolCall(
+                    id=call_id, call_id=call_id, type="function_call", name=tool,
+                    arguments=json.dumps(arguments, separators=(",", ":")),
+                )]
+        return [ResponseOutputMessage(
+            id="msg", type="message", role="assistant", status="completed",
+            content=[ResponseOutputText(text=answer, type="output_text", annotations=[])],
+        )]
+
+    return respond
+
+
+class TinyScriptedModel(Model):
+    """The smallest ``Model`` that plays a :func:`responder` (for SDKs without agents.testing)."""
+
+    def __init__(self, respond: Responder) -> None:
+        self.respond = respond
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any,
+                           **kwargs: Any) -> ModelResponse:
+        return ModelResponse(output=self.respond(input), usage=Usage(), response_id="resp-tiny")
+
+    async def stream_response(self, system_instructions: Any, input: Any, *args: Any,
+                              **kwargs: Any) -> AsyncIterator[Any]:
+        response = Response(
+            id="resp-tiny", created_at=0, model="tiny", object="response",
+            output=self.respond(input), tool_choice="none", tools=[], top_p=None,
+            parallel_tool_calls=False, status="completed",
+        )
+        yield ResponseCompletedEvent(type="response.completed", response=response,
+                                     sequence_number=0)
+
+
+def scripted_model(plan: Plan, answer: str) -> Model:
+    """``agents.testing.ScriptedModel`` playing ``responder(plan, answer)``, or the tiny one."""
+    respond = responder(plan, answer)
+    try:
+        from agents.testing import ModelStep, ScriptedModel
+    except ImportError:
+        return TinyScriptedModel(respond)
+    turns = len(plan) * 4 + 4  # replays on resume call the model again
+    return ScriptedModel([ModelStep.respond(lambda call: respond(call.input))] * turns)
+
+
+# -- agents ------------------------------------------------------------------------------
+
+
+@function_tool(needs_approval=True)
+def wire(amount: int) -> str:
+    """Send money (gated)."""
+    return f"wired {amount}"
+
+
+def payer_tree(tag: str, depth: int, amount: int) -> Agent[Any]:
+    """The top agent of a chain ``depth`` agent-as-tool edges deep, ``wire`` at the bottom.
+
+    Level ``k`` (1-based) is the agent tool ``ask_l<k>`` called with call_id
+    ``<tag>-l<k>``; the bottom agent calls ``wire`` with call_id ``<tag>-wire``. (Call ids
+    differ between scenarios: some SDK releases keep nested runs in a process-wide cache
+    keyed by the calling tool call, which one scenario must not leave to the next.)
+    """
+    agent = Agent(
+        name="payer",
+        model=scripted_model([("wire", {"amount": amount}, f"{tag}-wire")], "paid"),
+        tools=[wire],
+    )
+    for level in range(depth, 0, -1):
+        name = f"ask_l{level}"
+        agent = Agent(
+            name=f"level{level - 1}" if level > 1 else "top",
+            model=scripted_model([(name, {"input": "pay"}, f"{tag}-l{level}")], f"{name} done"),
+            tools=[agent.as_tool(tool_name=name, tool_description="Delegate.")],
+        )
+    return agent
+
+
+# -- running -----------------------------------------------------------------------------
+
+
+async def run(recorder: Recorder, agent: Agent[Any], run_input: Any, streamed: bool,
+              **kwargs: Any) -> Any:
+    """One leg through ``recorder``, streamed or not (events drained)."""
+    if not streamed:
+        return await recorder.run(agent, run_input, **kwargs)
+    result = recorder.run_streamed(agent, run_input, **kwargs)
+    async for _event in result.stream_events():
+        pass
+    return result
+
+
+async def resume(recorder: Recorder, agent: Agent[Any], state: RunState[Any, Any],
+                 streamed: bool, **kwargs: Any) -> None:
+    """Resume ``state``; an SDK error ends the leg (recorded ``failed``), not the scenario."""
+    try:
+        await run(recorder, agent, state, streamed, **kwargs)
+    except AgentsException as exc:
+        print(f"leg failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def approve_all(recorder: Recorder, state: RunState[Any, Any]) -> None:
+    for item in state.get_interruptions():
+        recorder.approve(state, item, approver="alice", reason="checked")
+
+
+async def fork(recorder: Recorder, streamed: bool) -> None:
+    agent = payer_tree("fork", 0, 100)
+    paused = await run(recorder, agent, "pay 100", streamed)
+    state_a, state_b = paused.to_state(), paused.to_state()
+    approve_all(recorder, state_a)
+    await resume(recorder, agent, state_b, streamed)
+    await resume(recorder, agent, state_a, streamed)
+
+
+async def reuse_call_id(recorder: Recorder, streamed: bool) -> None:
+    agent_a, agent_b = payer_tree("reuse", 1, 1), payer_tree("reuse", 1, 2)
+    paused_a = await run(recorder, agent_a, "pay", streamed)
+    paused_b = await run(recorder, agent_b, "pay", streamed)
+    state_a, state_b = paused_a.to_state(), paused_b.to_state()
+    approve_all(recorder, state_a)
+    await resume(recorder, agent_b, state_b, streamed)
+    await resume(recorder, agent_a, state_a, streamed)
+
+
+def nested(depth: int) -> Callable[[Recorder, bool], Any]:
+    async def scenario(recorder: Recorder, streamed: bool) -> None:
+        agent = payer_tree(f"nested{depth}", depth, 7)
+        paused = await run(recorder, agent, "pay 7", streamed)
+        stored = json.dumps(paused.to_state().to_json())
+        state = await RunState.from_json(agent, json.loads(stored))
+        approve_all(recorder, state)
+        await resume(recorder, agent, state, streamed)
+
+    return scenario
+
+
+class FlakySession(SQLiteSession):
+    """An in-memory SQLiteSession whose next ``add_items`` fails once when armed."""
+
+    armed = False
+
+    async def add_items(self, items: list[Any]) -> None:
+        if self.armed:
+            self.armed = False
+            raise OSError("session store unavailable")
+        await super().add_items(items)
+
+
+async def retry_write(recorder: Recorder, streamed: bool) -> None:
+    agent = payer_tree("retry", 0, 30)
+    session = FlakySession("retry-write", ":memory:")
+    paused = await run(recorder, agent, "pay 30", streamed, session=session)
+    stored = json.dumps(paused.to_state().to_json())
+    state = await RunState.from_json(agent, json.loads(stored))
+    approve_all(recorder, state)
+    session.armed = True
+    try:
+        await run(recorder, agent, state, streamed, session=session)
+    except OSError:
+        pass
+    else:
+        raise AssertionError("the armed session write did not fail")
+    await resume(recorder, agent, state, streamed, session=session)  # the same state, again
+
+
+SCENARIOS: dict[str, Callable[[Recorder, bool], Any]] = {
+    "fork": fork,
+    "reuse_call_id": reuse_call_id,
+    "nested1": nested(1),
+    "nested2": nested(2),
+    "nested3": nested(3),
+    "retry_write": retry_write,
+}
+"""Scenario name -> coroutine function ``(recorder, streamed)``."""
+
+NAMES = [f"{name}{suffix}" for name in SCENARIOS for suffix in ("", "-streamed")]
+"""Every recorded ledger's name: each scenario, not streamed and streamed."""
+
+
+async def record(name: str, ledger_dir: str | os.PathLike[str]) -> None:
+    """Record the scenario ``name`` (one of :data:`NAMES`) into ``ledger_dir``."""
+    base, streamed = name.removesuffix("-streamed"), name.endswith("-streamed")
+    await SCENARIOS[base](Recorder(ledger_dir), streamed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for one ledger per scenario")
+    parser.add_argument("--only", nargs="*", choices=NAMES, help="these scenarios only")
+    args = parser.parse_args(argv)
+    failed = 0
+    for name in args.only or NAMES:
+        ledger = Path(args.out) / name
+        error = None
+        try:
+            asyncio.run(record(name, ledger))
+        except Exception as exc:  # recorded as far as it got; the ledger says what happened
+            error = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+            failed += 1
+        print(json.dumps({"scenario": name, "sdk": SDK_VERSION, "ledger": str(ledger),
+                          "error": error}))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

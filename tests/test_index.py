@@ -1,0 +1,546 @@
+"""The DuckDB index: same facts as the verifier, incremental, rebuildable, read-only.
+
+The canned audit queries are read from docs/QUERIES.md and run against a ledger with
+violations put in on purpose; each query's rows are checked against the verifier's own
+findings (``Report.violations``) or against the entries themselves.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+import re
+import shutil
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from ledger import index as index_mod
+from ledger.audit import verify_ledger
+from ledger.chains import call_chains
+from ledger.errors import EvidenceError, UsageError
+from ledger.findings import (
+    APPROVAL_BINDING,
+    APPROVED_NOT_EXECUTED,
+    OUTPUT_PROVENANCE,
+    REJECTION_RESPECTED,
+    TOOL_LINKAGE,
+)
+from ledger.index import VIEWS, Deriver, derive, run_query, update_index
+from ledger.ingest import ingest_file
+from ledger.log import Ledger
+from ledger.store import FileLogStore, Record, frame
+from ledger.verify import verify_records
+from ledger.writer import EvidenceWriter
+from tests.helpers import DATA
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "QUERIES.md"
+HOUR = 3600 * 10**9
+DAY = 24 * HOUR
+T0 = int(dt.datetime(2025, 3, 3, tzinfo=dt.UTC).timestamp()) * 10**9
+ODD_APPROVER = 'Doe, "JD"\nJane'
+ODD_REASON = 'ok, "urgent"\nsee ticket, 7'
+ODD_TOOL = "wire, intl"
+
+
+def build_audit_ledger(directory: Path) -> Ledger:
+    """A ledger with every chain shape and, on purpose, each kind of violation.
+
+    Run ``r1`` (2025-03-03 and 03-04, UTC): c1 approved and run; c2 rejected; c3 blocked by
+    a guardrail; c4 approved ``always`` and c5 run under it; c6 run without approval; c7
+    approved by someone shown other arguments, then run; c8 approved, never run; an
+    output for a call never recorded (``ghost``); c10's output persisted without its
+    function_call; c11 run after a rejection; n1 nested. Run ``r2``: one approval a day
+    ago.
+    """
+    ledger = Ledger(directory)
+    w = EvidenceWriter(ledger)
+    clock = iter(range(T0, T0 + DAY, HOUR // 4))  # day one, every 15 minutes
+
+    def at() -> int:
+        return next(clock)
+
+    def call(cid: str, tool: str, args: str, gated: bool = True, run: str = "r1", **kw) -> None:
+        w.call(run_id=run, call_id=cid, agent="billing", tool=tool, arguments=args,
+               needs_approval=gated, time_ns=kw.pop("time_ns", None) or at(), **kw)
+
+    def run(cid: str, args: str, result: str, run: str = "r1", **kw) -> None:
+        w.execution(run_id=run, call_id=cid, arguments=args, result=result,
+                    time_ns=kw.pop("time_ns", None) or at(), **kw)
+
+    def persist(cid: str, tool: str, args: str, output: str, call_item: bool = True) -> None:
+        if call_item:
+            w.session_item(run_id="r1", session_id="s1", time_ns=at(), item={
+                "type": "function_call", "call_id": cid, "name": tool, "arguments": args})
+        w.session_item(run_id="r1", session_id="s1", time_ns=at(), item={
+            "type": "function_call_output", "call_id": cid, "output": output})
+
+    def decide(cid: str, decision: str, approver: str, **kw) -> None:
+        w.decision(run_id=kw.pop("run", "r1"), call_id=cid, decision=decision,
+                   approver=approver, time_ns=kw.pop("time_ns", None) or at(), **kw)
+
+    call("c1", "charge", '{"amount": 3}')
+    decide("c1", "approve", "alice@example.com")
+    run("c1", '{"amount":3}', "receipt-3")
+    persist("c1", "charge", '{"amount": 3}', "receipt-3")
+    call("c2", "refund", '{"amount": 9}')
+    decide("c2", "reject", "bob@example.com", message="refunds need a ticket")
+    persist("c2", "refund", '{"amount": 9}', "refunds need a ticket")
+    call("c3", "lookup", '{"email": "a@b.c"}', gated=False)
+    w.guardrail(run_id="r1", call_id="c3", guardrail="no_pii", message="blocked", time_ns=at())
+    persist("c3", "lookup", '{"email": "a@b.c"}', "blocked")
+    call("c4", "charge", '{"amount": 5}')
+    decide("c4", "approve", "alice@example.com", always=True)
+    run("c4", '{"amount": 5}', "receipt-5")
+    call("c5", "charge", '{"amount": 6}')
+    run("c5", '{"amount": 6}', "receipt-6")
+    persist("c5", "charge", '{"amount": 6}', "receipt-6")
+    call("c6", ODD_TOOL, '{"to": "x"}')
+    run("c6", '{"to": "x"}', "sent")
+    persist("c6", ODD_TOOL, '{"to": "x"}', "sent")
+    call("c7", "refund", '{"amount": 5}')
+    decide("c7", "approve", ODD_APPROVER, arguments='{"amount": 500}', reason=ODD_REASON)
+    run("c7", '{"amount": 5}', "refunded")
+    call("c8", "refund", '{"amount": 1}')
+    decide("c8", "approve", "carol@example.com")
+    persist("ghost", "charge", "{}", "from nowhere", call_item=False)
+    call("c10", "lookup", '{"q": 1}', gated=False)
+    run("c10", '{"q": 1}', "found")
+    persist("c10", "lookup", '{"q": 1}', "found", call_item=False)
+    call("c11", "refund", '{"amount": 2}', time_ns=T0 + DAY + HOUR)
+    decide("c11", "reject", "dave@example.com", time_ns=T0 + DAY + 2 * HOUR)
+    run("c11", '{"amount": 2}', "refunded", time_ns=T0 + DAY + 3 * HOUR)
+    w.call(run_id="r1", scope=["ask_expert:c12"], call_id="n1", agent="expert", tool="wire",
+           arguments='{"to": "y"}', needs_approval=True, time_ns=T0 + DAY + 4 * HOUR)
+    w.decision(run_id="r1", scope=["ask_expert:c12"], call_id="n1", decision="approve",
+               approver="carol@example.com", time_ns=T0 + DAY + 5 * HOUR)
+    w.execution(run_id="r1", scope=["ask_expert:c12"], call_id="n1", arguments='{"to":"y"}',
+                result="sent", time_ns=T0 + DAY + 6 * HOUR)
+    w.run_end(run_id="r1", status="completed", time_ns=T0 + DAY + 10 * HOUR)
+    now = time.time_ns()
+    call("c20", "charge", '{"amount": 8}', run="r2", time_ns=now - DAY - HOUR)
+    decide("c20", "approve", "erin@example.com", run="r2", time_ns=now - DAY)
+    run("c20", '{"amount": 8}', "receipt-8", run="r2", time_ns=now - DAY + HOUR)
+    w.run_end(run_id="r2", status="completed", time_ns=now - DAY + 2 * HOUR)
+    return ledger
+
+
+def canned_queries() -> dict[str, str]:
+    """The canned queries of docs/QUERIES.md, by the name in their ``<!-- query: -->``."""
+    text = DOCS.read_text(encoding="utf-8")
+    found = re.findall(r"<!-- query: (\w+) -->\n```sql\n(.*?)```", text, re.S)
+    return dict(found)
+
+
+def rows(ledger: Ledger, sql: str) -> list[dict]:
+    result = run_query(ledger, sql)
+    return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
+
+
+def ident(row: dict) -> tuple:
+    return (row["run_id"], tuple(row["scope"]), row["call_id"])
+
+
+def table(ledger: Ledger, name: str) -> pa.Table:
+    view = VIEWS[name]
+    with index_mod.connect_read_only(index_mod.index_path(ledger)) as con:
+        return con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table().cast(
+            view.schema
+        )
+
+
+@pytest.fixture(scope="module")
+def audit(tmp_path_factory) -> Ledger:
+    return build_audit_ledger(tmp_path_factory.mktemp("audit"))
+
+
+@pytest.fixture(scope="module")
+def report(audit):
+    return verify_ledger(audit)
+
+
+def findings(report, rule: str, detail: str = "") -> list:
+    return [v for v in report.violations if v.rule == rule and detail in v.detail]
+
+
+# -- canned queries against the verifier ------------------------------------------------
+
+
+def test_docs_hold_every_canned_query():
+    assert set(canned_queries()) == {
+        "gated_without_approval", "executed_after_rejection", "approvals_not_bound",
+        "approved_not_executed", "outputs_without_call", "outputs_without_function_call",
+        "decisions_per_approver_per_day", "approved_last_week", "approval_wait",
+        "outputs_persisted_for_run", "violations_per_rule",
+    }
+
+
+def test_the_audit_ledger_breaks_each_rule_on_purpose(report):
+    got = Counter(v.rule for v in report.violations)
+    assert got == {APPROVAL_BINDING: 2, APPROVED_NOT_EXECUTED: 1, OUTPUT_PROVENANCE: 1,
+                   TOOL_LINKAGE: 2, REJECTION_RESPECTED: 1}
+
+
+@pytest.mark.parametrize(
+    "query, rule, detail",
+    [
+        ("gated_without_approval", APPROVAL_BINDING, "without approval"),
+        ("executed_after_rejection", REJECTION_RESPECTED, ""),
+        ("approvals_not_bound", APPROVAL_BINDING, "was shown arguments"),
+        ("approved_not_executed", APPROVED_NOT_EXECUTED, ""),
+    ],
+)
+def test_call_queries_name_the_calls_the_verifier_names(audit, report, query, rule, detail):
+    got = [ident(r) for r in rows(audit, canned_queries()[query])]
+    want = [(v.run_id, v.scope, v.call_id) for v in findings(report, rule, detail)]
+    assert got and sorted(got) == sorted(want)
+
+
+def test_an_approval_after_the_execution_does_not_count(tmp_path):
+    ledger = Ledger(tmp_path)
+    w = EvidenceWriter(ledger)
+    w.call(run_id="r", call_id="late", agent="a", tool="t", arguments="{}", needs_approval=True)
+    w.execution(run_id="r", call_id="late", arguments="{}", result="ok")
+    w.decision(run_id="r", call_id="late", decision="approve", approver="alice")
+    got = [ident(r) for r in rows(ledger, canned_queries()["gated_without_approval"])]
+    want = [(v.run_id, v.scope, v.call_id)
+            for v in findings(verify_ledger(ledger), APPROVAL_BINDING, "without approval")]
+    assert got == want == [("r", (), "late")]
+
+
+@pytest.mark.parametrize(
+    "query, rule, detail",
+    [
+        ("outputs_without_call", OUTPUT_PROVENANCE, "never recorded"),
+        ("outputs_without_function_call", TOOL_LINKAGE, ""),
+    ],
+)
+def test_output_queries_name_the_entries_the_verifier_names(audit, report, query, rule, detail):
+    got = [r["seq"] for r in rows(audit, canned_queries()[query])]
+    assert got and got == [v.seq for v in findings(report, rule, detail)]
+
+
+def test_violations_per_rule_is_the_report(audit, report):
+    got = {r["rule"]: r["violations"] for r in rows(audit, canned_queries()["violations_per_rule"])}
+    assert got == Counter(v.rule for v in report.violations)
+
+
+def test_unbound_approval_shows_both_digests(audit):
+    (row,) = rows(audit, canned_queries()["approvals_not_bound"])
+    assert row["approver"] == ODD_APPROVER and row["call_id"] == "c7"
+    assert row["arguments_digest"] != row["call_arguments_digest"]
+    assert row["arguments_digest"].startswith("sha256:") and len(row["arguments_digest"]) == 71
+
+
+def _decisions(ledger: Ledger) -> list:
+    return [e for e, _ in ledger.entries() if e.kind == "decision"]
+
+
+def test_decisions_per_approver_per_day_count_the_entries(audit):
+    want: Counter = Counter()
+    for e in _decisions(audit):
+        day = dt.datetime.fromtimestamp(e.time // 10**9, dt.UTC).date()
+        want[(e.body["approver"], day, e.body["decision"])] += 1
+    got: Counter = Counter()
+    for r in rows(audit, canned_queries()["decisions_per_approver_per_day"]):
+        got[(r["approver"], r["day"], "approve")] += r["approvals"]
+        got[(r["approver"], r["day"], "reject")] += r["rejections"]
+    assert +got == want and len(want) >= 6
+
+
+def test_approved_last_week_sees_only_recent_approvals(audit):
+    got = rows(audit, canned_queries()["approved_last_week"])
+    assert [(r["approver"], r["call_id"], r["bound"]) for r in got] == [
+        ("erin@example.com", "c20", True)
+    ]
+
+
+def test_approval_wait_is_decision_minus_call_time(audit):
+    calls = {(e.body["run_id"], e.body["call_id"]): e.time
+             for e, _ in audit.entries() if e.kind == "call"}
+    waits: dict[str, list[int]] = {}
+    for e in _decisions(audit):
+        waits.setdefault(e.body["approver"], []).append(
+            e.time - calls[(e.body["run_id"], e.body["call_id"])]
+        )
+    got = {r["approver"]: r for r in rows(audit, canned_queries()["approval_wait"])}
+    assert set(got) == set(waits)
+    for approver, values in waits.items():
+        assert got[approver]["decisions"] == len(values)
+        assert got[approver]["max_wait_s"] == pytest.approx(max(values) / 1e9)
+        assert got[approver]["mean_wait_s"] == pytest.approx(sum(values) / len(values) / 1e9)
+
+
+def test_outputs_persisted_for_run(audit):
+    got = rows(audit, canned_queries()["outputs_persisted_for_run"])
+    want = [e.seq for e, _ in audit.entries() if e.kind == "session_item"
+            and e.body["item_type"] == "function_call_output" and e.body["run_id"] == "r1"]
+    assert [r["seq"] for r in got] == want
+    assert {r["call_id"]: r["tool"] for r in got}["ghost"] is None
+    assert {r["call_id"]: r["tool"] for r in got}["c6"] == ODD_TOOL
+
+
+# -- the index reads the verifier's facts -----------------------------------------------
+
+
+def _rule_ledgers(tmp_path: Path) -> list[Ledger]:
+    ledgers = []
+    for path in sorted((DATA / "rules").glob("*.jsonl")):
+        ledger = Ledger(tmp_path / path.stem)
+        ingest_file(EvidenceWriter(ledger), path)
+        ledgers.append(ledger)
+    return ledgers
+
+
+def test_deriver_report_is_the_verifiers(tmp_path, audit):
+    for ledger in [audit, *_rule_ledgers(tmp_path)]:
+        ours, _ = derive(ledger.scan())
+        theirs = verify_records(ledger.scan())
+        assert (ours.tree_size, ours.root_hash) == (theirs.tree_size, theirs.root_hash)
+        assert ours.violations == theirs.violations, ledger.directory
+        assert ours.calls == theirs.calls
+
+
+def test_call_chains_rows_are_chains_call_chains(audit, report):
+    want = call_chains(report.calls.values())
+    got = rows(audit, "SELECT * FROM call_chains ORDER BY call_seq")
+    assert len(got) == len(want) == len(report.calls)
+    for row, chain in zip(got, want, strict=True):
+        assert ident(row) == (chain.run_id, chain.scope, chain.call_id)
+        assert row["arguments_digest"] == "sha256:" + chain.args_digest.hex()
+        assert (row["decision"], row["sticky"], row["approver"], row["decided_at_ns"]) == (
+            chain.decision, chain.sticky, chain.approver, chain.decided_at)
+        assert (row["executed_at_ns"], row["persisted"], row["status"]) == (
+            chain.executed_at, chain.persisted, chain.status)
+        assert tuple(row["violations"]) == chain.violations
+        assert row["needs_approval"] == chain.needs_approval
+
+
+def test_index_root_and_size_are_verify_json(audit, report):
+    (meta,) = rows(audit, "SELECT tree_size, root_hash FROM ledger_index")
+    assert meta == {"tree_size": report.tree_size,
+                    "root_hash": report.to_json()["root_hash"]}
+
+
+def test_every_view_equals_the_in_memory_derivation(audit):
+    update_index(audit)
+    _, derived = derive(audit.scan())
+    for name in VIEWS:
+        assert table(audit, name).equals(derived[name]), name
+
+
+def test_timestamp_columns_are_the_ns_columns_in_microseconds(audit):
+    for name, view in VIEWS.items():
+        for column, kind in view.columns:
+            if kind == "TIMESTAMP":
+                bad = rows(audit, f"SELECT count(*) AS n FROM {name} WHERE {column} IS DISTINCT "
+                                  f"FROM make_timestamp({column}_ns // 1000)")
+                assert bad == [{"n": 0}], (name, column)
+
+
+# -- incremental, rebuildable ------------------------------------------------------------
+
+
+def _copy_prefix(source: Ledger, target: Path, records: list[Record], n: int) -> None:
+    target.mkdir(exist_ok=True)
+    end = records[n - 1].end if n else 0
+    with open(source.store.path, "rb") as fh:
+        (target / "log.bin").write_bytes(fh.read(end))
+
+
+def test_incremental_updates_equal_a_rebuild(audit, tmp_path):
+    records = [r for r in audit.scan() if isinstance(r, Record)]
+    grown = Ledger(tmp_path / "grown")
+    for n in [1, 2, 3, 7, 8, 20, 21, 22, 40, len(records) - 3, len(records)]:
+        _copy_prefix(audit, grown.directory, records, n)
+        info = update_index(grown)
+        assert info.tree_size == n and (info.rebuilt is (n == 1))
+    for name in VIEWS:
+        assert table(grown, name).equals(table(audit, name)), name
+
+
+def test_appended_entries_appear_in_the_next_query(tmp_path):
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    before = rows(ledger, "SELECT count(*) AS n FROM entries")[0]["n"]
+    w = EvidenceWriter(ledger)
+    w.call(run_id="r9", call_id="x1", agent="a", tool="t", arguments="{}", needs_approval=True)
+    w.execution(run_id="r9", call_id="x1", arguments="{}", result="ok")
+    assert rows(ledger, "SELECT count(*) AS n FROM entries")[0]["n"] == before + 2
+    got = rows(ledger, "SELECT status, violations FROM call_chains WHERE call_id = 'x1'")
+    assert got == [{"status": "executed", "violations": [APPROVAL_BINDING]}]
+    assert update_index(ledger).added == 0
+
+
+def test_deleting_the_index_rebuilds_identical_rows(audit, tmp_path):
+    copy = Ledger(tmp_path / "copy")
+    shutil.copytree(audit.directory, copy.directory)
+    update_index(copy)
+    before = {name: table(copy, name) for name in VIEWS}
+    for path in copy.directory.glob("index.duckdb*"):
+        path.unlink()
+    info = update_index(copy)
+    assert info.rebuilt and info.added == info.tree_size
+    for name in VIEWS:
+        assert table(copy, name).equals(before[name]), name
+
+
+def test_a_replaced_log_is_reindexed_from_scratch(tmp_path):
+    ledger = Ledger(tmp_path / "l")
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    update_index(ledger)
+    other = Ledger(tmp_path / "o")
+    ingest_file(EvidenceWriter(other), DATA / "rules" / "exactly_once.jsonl")
+    shutil.copy(other.store.path, ledger.store.path)
+    info = update_index(ledger)
+    assert info.rebuilt and info.root_hash == verify_records(other.scan()).root_hash
+
+
+def test_other_code_rebuilds_the_index(tmp_path, monkeypatch):
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    assert update_index(ledger).rebuilt
+    assert not update_index(ledger).rebuilt
+    monkeypatch.setattr(index_mod, "_fingerprint", lambda: "other code")
+    assert update_index(ledger).rebuilt
+
+
+class _Reduces:
+    def __init__(self, fn, *args) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return (self.fn, self.args)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "os-level",  # Path.touch(marker): a function outside the allowed modules
+        "pure-module-function",  # ledger.rules._short: a function, not a class
+        "dotted-method",  # ledger.rules RuleEngine.feed: a method by qualified name
+        "garbage",
+    ],
+)
+def test_index_state_unpickles_only_the_derivers_classes(tmp_path, payload):
+    from ledger import rules
+
+    ledger = Ledger(tmp_path / "l")
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    update_index(ledger)
+    marker = tmp_path / "pwned"
+    blob = {
+        "os-level": lambda: pickle.dumps(_Reduces(Path.touch, marker)),
+        "pure-module-function": lambda: pickle.dumps(_Reduces(rules._short, b"x" * 32)),
+        "dotted-method": lambda: pickle.dumps(_Reduces(rules.RuleEngine.feed, None, None)),
+        "garbage": lambda: b"\x80\x05not a pickle",
+    }[payload]()
+    state = index_mod.index_path(ledger).with_name("index.duckdb.state")
+    assert state.is_file()
+    state.write_bytes(blob)
+    EvidenceWriter(ledger).run_end(run_id="r1", status="completed")
+    info = update_index(ledger)
+    assert not marker.exists()
+    assert info.rebuilt and info.tree_size == 26
+
+
+def test_a_torn_tail_is_not_indexed_and_a_writer_meanwhile_is_harmless(tmp_path):
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    with open(ledger.store.path, "ab") as fh:
+        fh.write(frame(b"first record of a group still being appended", more=True))
+    assert update_index(ledger).tree_size == 25
+    EvidenceWriter(ledger).run_end(run_id="r1", status="completed")  # cuts the tail back
+    assert rows(ledger, "SELECT max(seq) AS s FROM entries") == [{"s": 25}]
+
+
+def test_queries_while_a_writer_appends(tmp_path):
+    ledger = Ledger(tmp_path)
+    writer = EvidenceWriter(ledger)
+    writer.run_end(run_id="r0", status="completed")
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            for i in range(60):
+                with writer.atomic():
+                    writer.call(run_id="r", call_id=f"c{i}", agent="a", tool="t",
+                                arguments="{}", needs_approval=False)
+                    writer.execution(run_id="r", call_id=f"c{i}", arguments="{}", result="ok")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    sizes = []
+    while thread.is_alive():
+        result = run_query(ledger, "SELECT count(*) FROM entries")
+        assert result.rows[0][0] == result.tree_size
+        assert result.tree_size % 2 == 1  # whole groups only
+        sizes.append(result.tree_size)
+    thread.join()
+    assert not errors and sizes == sorted(sizes)
+    assert run_query(ledger, "SELECT count(*) FROM calls").rows == [(60,)]
+    _, derived = derive(ledger.scan())
+    for name in VIEWS:
+        assert table(ledger, name).equals(derived[name]), name
+
+
+def test_a_damaged_log_stops_the_index(tmp_path):
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    data = bytearray(ledger.store.path.read_bytes())
+    data[200] ^= 0x01
+    ledger.store.path.write_bytes(bytes(data))
+    with pytest.raises(EvidenceError, match="log damaged at seq"):
+        update_index(ledger)
+
+
+def test_deriver_refuses_a_broken_prev_link(tmp_path):
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    records = [r for r in ledger.scan() if isinstance(r, Record)]
+    deriver = Deriver()
+    deriver.feed(records[0])
+    with pytest.raises(EvidenceError, match="seq 1"):
+        deriver.feed(Record(1, records[2].offset, records[2].data, True))
+
+
+def test_no_ledger_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError):
+        update_index(Ledger(tmp_path / "none"))
+    assert not FileLogStore(tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO calls SELECT * FROM calls", "UPDATE calls SET tool = 'x'",
+        "DELETE FROM calls", "CREATE TABLE x AS SELECT 1", "DROP TABLE calls",
+        "ATTACH 'x.db'", "COPY calls TO 'x.csv'", "INSTALL httpfs", "LOAD httpfs",
+        "PRAGMA version", "SET threads = 1", "CALL pragma_version()", "CHECKPOINT",
+        "SELECT 1; DROP TABLE calls", "CREATE TEMP TABLE t AS SELECT 1", "EXPORT DATABASE 'x'",
+    ],
+)
+def test_writing_statements_are_refused_before_they_run(tmp_path, sql):
+    with pytest.raises(UsageError, match=r"refused|exactly one"):
+        index_mod.check_read_only(sql)
+
+
+def test_reads_of_files_are_refused_by_the_connection(audit):
+    with pytest.raises(UsageError, match="SQL error: Permission Error"):
+        run_query(audit, "SELECT * FROM read_csv('/etc/passwd')")
+
+
+def test_docs_describe_every_column_of_every_view():
+    text = DOCS.read_text(encoding="utf-8")
+    sections = re.split(r"^### `(\w+)`", text, flags=re.M)
+    documented = {}
+    for name, body in zip(sections[1::2], sections[2::2], strict=True):
+        documented[name] = tuple(re.findall(r"^\| `(\w+)` \| ([A-Z\[\]]+) \|", body, re.M))
+    for name, view in VIEWS.items():
+        assert documented.get(name) == view.columns, name
