@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint reliability fuzz clean
+.PHONY: demo test test-fast lint reliability fuzz bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ reliability: $(STAMP)
 ## fuzz: every parser fuzz test with 10^5 inputs each (make test runs 10^3)
 fuzz: $(STAMP)
 	FUZZ_EXAMPLES=100000 OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -m "not release_matrix" -k fuzz
+
+## bench: every benchmark (never part of make test); table on stdout, benchmarks/results.json
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/python -m benchmarks.run
 
 clean:
 	rm -rf $(VENV) .cache demo-out .pytest_cache .mypy_cache .ruff_cache .hypothesis
