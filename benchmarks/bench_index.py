@@ -2,7 +2,9 @@
 
     .venv/bin/python -m benchmarks.bench_index [--entries 1000000] [--dir DIR] [--keep]
 
-Not a test (``make test`` does not run it). The synthetic ledger is written with
+Not a test (``make test`` does not run it). :func:`rows` gives the rows for
+``benchmarks.run`` over its shared ledgers; run alone, the script builds its own. The
+synthetic ledger is written with
 :meth:`EvidenceWriter.append` in one ``atomic()`` group per 10k entries, with bodies
 built directly (digests stand in for payloads, which the index never reads): call
 chains as the recorder writes them (call, decision for gated calls, execution, the
@@ -27,11 +29,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.common import RUNS, Row, median_time
 from ledger.entries import BODY_FIELDS, decode_entry
 from ledger.export import export_ledger
 from ledger.index import run_query, update_index
 from ledger.log import Ledger
 from ledger.store import Record
+from ledger.verify import verify_records
 from ledger.writer import EvidenceWriter
 
 GROUP = 10_000
@@ -166,6 +170,40 @@ def run(directory: Path, entries: int) -> list[tuple[str, str, str]]:
     seconds, _ = _timed(lambda: export_ledger(ledger, export_dir, "parquet"))
     size = sum(p.stat().st_size for p in export_dir.iterdir()) / 1e6
     out.append(("export parquet (index current)", f"{seconds:.1f} s ({size:,.1f} MB)", ""))
+    return out
+
+
+def rows(ledgers: dict[int, Path]) -> list[Row]:
+    """Rows for ``make bench`` (:mod:`benchmarks.run`), per shared ledger: full index
+    build against the verifier's own pass (no payloads) over the same log, and a
+    selective query. The index goes to a temporary file, so the ledgers stay untouched."""
+    out = []
+    for size, directory in sorted(ledgers.items()):
+        ledger = Ledger(directory)
+        runs = RUNS if size <= 100_000 else 1
+        with tempfile.TemporaryDirectory(prefix="bench-index-") as work:
+            index = Path(work) / "index.duckdb"
+            verify_s = median_time(lambda: verify_records(ledger.scan()), runs)  # noqa: B023
+            build_s = median_time(
+                lambda: update_index(ledger, index, rebuild=True), runs  # noqa: B023
+            )
+            big = size >= 1_000_000
+            out.append(Row(
+                operation="index build (full)", size=size, ours=size / build_s,
+                unit="entries/s", baselines={"verify_records": size / verify_s},
+                ratio=verify_s / build_s, target=">= 100,000 entries/s" if big else "",
+                met=(size / build_s >= 100_000) if big else None,
+                note="ratio = our rate / the verifier's rate over the same log"
+                + ("; single run" if runs == 1 else ""),
+            ))
+            sql = f"SELECT * FROM call_chains WHERE call_id = 'call_{size // 10:09d}'"
+            query_s = median_time(lambda: run_query(ledger, sql, index), 5)  # noqa: B023
+            out.append(Row(
+                operation="selective query (call_chains, one call_id)", size=size,
+                ours=query_s * 1000, unit="ms", target="< 100 ms" if big else "",
+                met=(query_s < 0.1) if big else None,
+                note="in-process: freshness check, open, query, fetch",
+            ))
     return out
 
 

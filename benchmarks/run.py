@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import bench_append, bench_proofs, bench_recording, bench_verify
+from benchmarks import bench_append, bench_index, bench_proofs, bench_recording, bench_verify
 from benchmarks.common import REPO, Row, print_table, write_results
 from benchmarks.workload import build_ledger
 
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             "verify": lambda: bench_verify.rows(ledgers),
             "proofs": lambda: bench_proofs.rows({n: p for n, p in ledgers.items() if n >= 100_000}),
             "recording": bench_recording.rows,
+            "index": lambda: bench_index.rows({n: p for n, p in ledgers.items() if n >= 100_000}),
         }
         for name, suite in suites.items():
             if args.only and name not in args.only:

@@ -38,13 +38,13 @@ LedgerOption = Annotated[
     Path | None,
     typer.Option(
         "--ledger", envvar="EVIDENCE_LEDGER", show_envvar=True,
-        help="Ledger directory [default: ./.evidence].",
+        help="Ledger directory (default: ./.evidence).",
     ),
 ]
 
 IndexOption = Annotated[
     Path | None,
-    typer.Option("--index", help="Index file [default: LEDGER/index.duckdb]."),
+    typer.Option("--index", help="Index file (default: LEDGER/index.duckdb)."),
 ]
 
 
