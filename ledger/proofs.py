@@ -2,12 +2,17 @@
 
 Proof building is split from proof checking (:mod:`ledger.proof_verify`), as in
 transparency-dev/merkle ``proof/proof.go`` vs ``proof/verify.go``. The algorithms here
-read hashes of *perfect* subtrees from a :class:`HashSource` (the tiles of
+read hashes of *perfect* subtrees from a :class:`HashSource` (the stored nodes of
 :mod:`ledger.tree_store`, or an in-memory tree) and never recompute the tree: a proof
-costs O(log n) node reads.
+costs O(log n) node reads, plus, for the one proof hash that is not a perfect subtree
+(on the right edge of the tree), one read and one hash per set bit of the tree size. A
+:class:`Prover` keeps those right-edge hashes, so its later proofs hash nothing.
 
 - Inclusion proof, RFC 9162 §2.1.3.1: PATH(m, D[n]).
 - Consistency proof, RFC 9162 §2.1.4.1: PROOF(m, D[n]) = SUBPROOF(m, D[n], true).
+
+Both are built as transparency-dev/merkle ``proof.go`` builds them: the siblings of the
+path from a node up to the root, read by (level, index), in the order RFC 9162 gives.
 
 Every hash is 32 bytes; indices and sizes are 0-based ints. JSON forms use the field
 names of the transparency-dev/merkle test vectors with standard base64 hashes.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,13 +35,17 @@ __all__ = [
     "ConsistencyProof",
     "HashSource",
     "InclusionProof",
+    "Prover",
     "consistency_proof",
     "inclusion_proof",
     "prove_consistency",
     "prove_inclusion",
+    "prove_inclusions",
     "subtree_hash",
     "tree_root",
 ]
+
+_EDGE_CACHE = 4096  # right-edge hashes a Prover keeps (under log2(n) per tree size)
 
 
 class HashSource(Protocol):
@@ -55,21 +65,20 @@ def _b64(value: bytes) -> str:
     return base64.b64encode(value).decode("ascii")
 
 
-def _split(n: int) -> int:
-    """RFC 9162 §2.1.1 split point: the largest power of two smaller than ``n`` (n > 1)."""
-    return 1 << ((n - 1).bit_length() - 1)
-
-
 def subtree_hash(src: HashSource, lo: int, hi: int) -> bytes:
     """MTH(D[lo:hi]) for a node of the RFC 9162 tree (``lo`` a multiple of the
     smallest power of two >= ``hi - lo``), from at most log2(n) perfect subtrees.
 
-    Returns 32 bytes; SHA-256("") when ``lo == hi``.
+    Returns 32 bytes; SHA-256("") when ``lo == hi``. A perfect subtree (``hi - lo`` a
+    power of two) is one node read and no hashing.
     """
-    if lo == hi:
-        return EMPTY_ROOT
-    peaks: list[bytes] = []
     n = hi - lo
+    if n == 0:
+        return EMPTY_ROOT
+    if not n & (n - 1):
+        level = n.bit_length() - 1
+        return src.node(level, lo >> level)
+    peaks: list[bytes] = []
     for level in range(n.bit_length() - 1, -1, -1):
         if n >> level & 1:
             peaks.append(src.node(level, lo >> level))
@@ -80,6 +89,142 @@ def subtree_hash(src: HashSource, lo: int, hi: int) -> bytes:
     return root
 
 
+class Prover:
+    """Proofs and roots from one loaded tree, for as many calls as needed.
+
+    Wraps a :class:`HashSource` and is one itself. It remembers the roots and the
+    right-edge (non-perfect) subtree hashes it computes, fewer than ``log2(n)`` per tree
+    size, so that once a size has been seen (by :meth:`root` or any proof) a proof
+    reads one stored hash per proof hash and hashes nothing. The source must not change
+    while the prover is in use (a :class:`~ledger.tree_store.TiledTree` never does).
+
+    Args:
+        src: the tree; proofs may be asked for any size up to ``src.size``.
+    """
+
+    def __init__(self, src: HashSource) -> None:
+        self.src = src
+        self.size = src.size
+        self._node = src.node
+        self._edges: dict[tuple[int, int], bytes] = {}
+
+    def node(self, level: int, index: int) -> bytes:
+        """``src.node(level, index)`` (see :class:`HashSource`)."""
+        return self._node(level, index)
+
+    def subtree(self, lo: int, hi: int) -> bytes:
+        """MTH(D[lo:hi]) as :func:`subtree_hash`, remembered when it is not perfect.
+
+        Folding the perfect subtrees of ``[lo, hi)`` from the right yields
+        MTH(D[start:hi]) for the start of each of them: all the non-perfect hashes that
+        end at ``hi`` and that proofs for tree size ``hi`` need. All are remembered, so
+        :meth:`root` of a size prepares every later proof for that size.
+        """
+        n = hi - lo
+        if n and not n & (n - 1):
+            level = n.bit_length() - 1
+            return self._node(level, lo >> level)
+        value = self._edges.get((lo, hi))
+        if value is not None:
+            return value
+        if n == 0:
+            return EMPTY_ROOT
+        peaks: list[tuple[int, bytes]] = []
+        start = lo
+        for level in range(n.bit_length() - 1, -1, -1):
+            if n >> level & 1:
+                peaks.append((start, self._node(level, start >> level)))
+                start += 1 << level
+        if len(self._edges) + len(peaks) > _EDGE_CACHE:
+            self._edges.clear()
+        value = peaks[-1][1]
+        for start, peak in reversed(peaks[:-1]):
+            value = node_hash(peak, value)
+            self._edges[(start, hi)] = value
+        return value
+
+    def root(self, size: int | None = None) -> bytes:
+        """MTH(D[0:size]) (RFC 9162 §2.1.1), 32 bytes; ``size`` defaults to ``src.size``.
+
+        Requires ``0 <= size <= src.size``; SHA-256("") for the empty tree.
+
+        Raises:
+            UsageError: if ``size`` is out of range.
+        """
+        size = self.size if size is None else size
+        if not 0 <= size <= self.size:
+            raise UsageError(f"want 0 <= size <= {self.size}, got size {size}")
+        return self.subtree(0, size)
+
+    def inclusion(self, index: int, size: int | None = None) -> list[bytes]:
+        """PATH(index, D[0:size]) (RFC 9162 §2.1.3.1): 32-byte hashes from the leaf up.
+
+        Requires ``0 <= index < size <= src.size``; ``size`` defaults to ``src.size``.
+
+        Raises:
+            UsageError: if the preconditions do not hold.
+        """
+        size = self.size if size is None else size
+        if not 0 <= index < size:
+            raise UsageError(f"want 0 <= index < size, got index {index}, size {size}")
+        if size > self.size:
+            raise UsageError(f"want size <= {self.size} (the tree size), got size {size}")
+        return self._path(index, 0, size)
+
+    def consistency(self, size1: int, size2: int | None = None) -> list[bytes]:
+        """PROOF(size1, D[0:size2]) (RFC 9162 §2.1.4.1), 32-byte hashes in RFC order.
+
+        Requires ``0 < size1 <= size2 <= src.size``; ``size2`` defaults to ``src.size``;
+        empty when ``size1 == size2``.
+
+        Raises:
+            UsageError: if the preconditions do not hold.
+        """
+        size2 = self.size if size2 is None else size2
+        if not 0 < size1 <= size2:
+            raise UsageError(f"want 0 < size1 <= size2, got size1 {size1}, size2 {size2}")
+        if size2 > self.size:
+            raise UsageError(f"want size2 <= {self.size} (the tree size), got size2 {size2}")
+        if size1 == size2:
+            return []
+        # The largest perfect subtree ending at size1 (level = trailing zeros of size1);
+        # the proof is its hash (left out when it is the whole old tree: the verifier
+        # has root1) followed by its inclusion path in the tree of size2.
+        level = (size1 & -size1).bit_length() - 1
+        index = (size1 - 1) >> level
+        path = self._path(size1 - 1, level, size2)
+        return [self._node(level, index), *path] if index else path
+
+    def _path(self, leaf: int, level: int, size: int) -> list[bytes]:
+        """Siblings of the ancestors at ``level`` and above of leaf ``leaf``, in the tree
+        of ``size`` leaves (``leaf < size``; for ``level > 0`` the ancestor at ``level``
+        must be complete and not the root)."""
+        node = self._node
+        # Below `inner` the paths to `leaf` and to `size - 1` differ: every sibling is
+        # a perfect subtree, except the right one at level inner - 1, which ends at size.
+        inner = (leaf ^ (size - 1)).bit_length()
+        path = [node(h, (leaf >> h) ^ 1) for h in range(level, inner - 1)]
+        if inner:
+            h = inner - 1
+            lo = ((leaf >> h) + 1) << h
+            if size - lo == 1 << h:
+                path.append(node(h, lo >> h))
+            else:
+                path.append(self.subtree(lo, size))
+        # Above: the path runs along the right edge; left siblings where the bit is set.
+        rest, h = leaf >> inner, inner
+        while rest:
+            if rest & 1:
+                path.append(node(h, rest - 1))
+            rest >>= 1
+            h += 1
+        return path
+
+
+def _prover(src: HashSource) -> Prover:
+    return src if isinstance(src, Prover) else Prover(src)
+
+
 def tree_root(src: HashSource, size: int) -> bytes:
     """MTH(D[0:size]) (RFC 9162 §2.1.1), 32 bytes; requires ``0 <= size <= src.size``.
 
@@ -88,33 +233,19 @@ def tree_root(src: HashSource, size: int) -> bytes:
     """
     if not 0 <= size <= src.size:
         raise UsageError(f"want 0 <= size <= {src.size}, got size {size}")
-    return subtree_hash(src, 0, size)
+    return _prover(src).subtree(0, size)
 
 
 def inclusion_proof(src: HashSource, index: int, size: int) -> list[bytes]:
     """PATH(index, D[0:size]) (RFC 9162 §2.1.3.1): hashes from the leaf upwards.
 
-    Requires ``0 <= index < size <= src.size``.
+    Requires ``0 <= index < size <= src.size``. Pass a :class:`Prover` as ``src`` to
+    make many proofs from one tree.
 
     Raises:
         UsageError: if the preconditions do not hold.
     """
-    if not 0 <= index < size:
-        raise UsageError(f"want 0 <= index < size, got index {index}, size {size}")
-    if size > src.size:
-        raise UsageError(f"want size <= {src.size} (the tree size), got size {size}")
-    path: list[bytes] = []
-    lo, hi = 0, size
-    while hi - lo > 1:
-        k = _split(hi - lo)
-        if index < lo + k:
-            path.append(subtree_hash(src, lo + k, hi))
-            hi = lo + k
-        else:
-            path.append(subtree_hash(src, lo, lo + k))
-            lo += k
-    path.reverse()
-    return path
+    return _prover(src).inclusion(index, size)
 
 
 def consistency_proof(src: HashSource, size1: int, size2: int) -> list[bytes]:
@@ -125,27 +256,7 @@ def consistency_proof(src: HashSource, size1: int, size2: int) -> list[bytes]:
     Raises:
         UsageError: if the preconditions do not hold.
     """
-    if not 0 < size1 <= size2:
-        raise UsageError(f"want 0 < size1 <= size2, got size1 {size1}, size2 {size2}")
-    if size2 > src.size:
-        raise UsageError(f"want size2 <= {src.size} (the tree size), got size2 {size2}")
-    proof: list[bytes] = []
-    lo, hi, m, complete = 0, size2, size1, True
-    while True:
-        n = hi - lo
-        if m == n:
-            if not complete:
-                proof.append(subtree_hash(src, lo, hi))
-            break
-        k = _split(n)
-        if m <= k:
-            proof.append(subtree_hash(src, lo + k, hi))
-            hi = lo + k
-        else:
-            proof.append(subtree_hash(src, lo, lo + k))
-            lo, m, complete = lo + k, m - k, False
-    proof.reverse()
-    return proof
+    return _prover(src).consistency(size1, size2)
 
 
 @dataclass(frozen=True)
@@ -204,14 +315,62 @@ class ConsistencyProof:
         }
 
 
+def prove_inclusions(
+    ledger: Ledger | str | os.PathLike[str] | None,
+    indices: Iterable[int],
+    tree_size: int | None = None,
+) -> list[InclusionProof]:
+    """Inclusion proofs of entries ``indices`` in the ledger's tree of ``tree_size`` leaves.
+
+    Brings the hash store up to date once (only new entries are hashed; nothing is
+    locked or written when there are none), then reads O(log n) stored hashes per
+    proof from one :class:`Prover`. Each leaf hash is re-read from the log (two
+    positioned reads) and must match the store.
+
+    Args:
+        ledger: the ledger or its directory.
+        indices: the entries' seqs; each requires ``0 <= index < tree_size``.
+        tree_size: defaults to the current number of entries.
+
+    Returns:
+        One proof per index, in the order given, all for the same tree size and root.
+
+    Raises:
+        UsageError: if there is no ledger or an argument is out of range (checked for
+            every index before any proof is made).
+        EvidenceError: if the log is damaged or disagrees with the hash store.
+    """
+    store = TreeStore(ledger)
+    tree = store.update()
+    wanted = list(indices)
+    size = tree.size if tree_size is None else tree_size
+    for index in wanted:
+        if not 0 <= index < size:
+            raise UsageError(f"want 0 <= seq < tree size, got seq {index}, tree size {size}")
+    if size > tree.size:
+        raise UsageError(f"tree size {size} is larger than the ledger ({tree.size} entries)")
+    prover = Prover(tree)
+    root = prover.root(size) if wanted else b""
+    out = []
+    for index, logged in zip(wanted, store.log_leaves(wanted), strict=True):
+        leaf = tree.leaf(index)
+        if logged != leaf:
+            raise EvidenceError(
+                f"entry {index} in the log no longer matches the hash store: the log was "
+                "modified after it was hashed (run verify)"
+            )
+        out.append(InclusionProof(index, size, leaf, root, tuple(prover.inclusion(index, size))))
+    return out
+
+
 def prove_inclusion(
     ledger: Ledger | str | os.PathLike[str] | None, index: int, tree_size: int | None = None
 ) -> InclusionProof:
     """Inclusion proof of entry ``index`` in the ledger's tree of ``tree_size`` leaves.
 
-    Brings the hash store up to date first (only new entries are hashed), then reads
-    O(log n) stored hashes. The leaf hash is re-read from the log and must match the
-    store.
+    As :func:`prove_inclusions` for one entry: brings the hash store up to date first
+    (cheap when nothing was appended), then reads O(log n) stored hashes. The leaf hash
+    is re-read from the log and must match the store.
 
     Args:
         ledger: the ledger or its directory.
@@ -222,21 +381,7 @@ def prove_inclusion(
         UsageError: if there is no ledger or an argument is out of range.
         EvidenceError: if the log is damaged or disagrees with the hash store.
     """
-    tree = TreeStore(ledger).update()
-    size = tree.size if tree_size is None else tree_size
-    if not 0 <= index < size:
-        raise UsageError(f"want 0 <= seq < tree size, got seq {index}, tree size {size}")
-    if size > tree.size:
-        raise UsageError(f"tree size {size} is larger than the ledger ({tree.size} entries)")
-    leaf = tree.leaf(index)
-    if TreeStore(ledger).log_leaf(index) != leaf:
-        raise EvidenceError(
-            f"entry {index} in the log no longer matches the hash store: the log was "
-            "modified after it was hashed (run verify)"
-        )
-    return InclusionProof(
-        index, size, leaf, tree_root(tree, size), tuple(inclusion_proof(tree, index, size))
-    )
+    return prove_inclusions(ledger, [index], tree_size)[0]
 
 
 def prove_consistency(
@@ -259,10 +404,11 @@ def prove_consistency(
         raise UsageError(f"want 0 < from <= to, got from {size1}, to {size2}")
     if size2 > tree.size:
         raise UsageError(f"size {size2} is larger than the ledger ({tree.size} entries)")
+    prover = Prover(tree)
     return ConsistencyProof(
         size1,
         size2,
-        tree_root(tree, size1),
-        tree_root(tree, size2),
-        tuple(consistency_proof(tree, size1, size2)),
+        prover.root(size1),
+        prover.root(size2),
+        tuple(prover.consistency(size1, size2)),
     )

@@ -7,6 +7,7 @@ subtree hashes) must agree with it everywhere, including across tile boundaries.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -422,7 +423,19 @@ def test_damaged_store_files_are_reported_not_trusted(tmp_path):
     book = _ledger(tmp_path / "l", 300)
     TreeStore(book).update()
     (book / "tree" / "tile" / "0" / "000").write_bytes(b"short")
+    # Proofs read the level arrays; a tile is checked when it is read (to be served).
     with pytest.raises(EvidenceError, match="8192"):
+        TreeStore(book).tile(0, 0)
+    state = json.loads((book / "tree" / "state.json").read_text())
+    partials = [base64.b64decode(p) for p in state["partial_tiles"]]
+    tiles_only = TiledTree(
+        300, partials, lambda level, index: (book / "tree" / tile_path(level, index)).read_bytes()
+    )
+    with pytest.raises(EvidenceError, match="8192"):
+        inclusion_proof(tiles_only, 3, 300)
+    with open(book / "tree" / "nodes.bin", "r+b") as fh:
+        fh.truncate(100 * 32)
+    with pytest.raises(EvidenceError, match=r"nodes\.bin is 3200 bytes.*delete"):
         prove_inclusion(book, 3)
     (book / "tree" / "state.json").write_text("{not json")
     with pytest.raises(EvidenceError, match=r"state.*unreadable"):
