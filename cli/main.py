@@ -26,6 +26,7 @@ from ledger.errors import LedgerError, UsageError
 from ledger.files import read_input
 from ledger.ingest import ingest_file
 from ledger.keys import keygen, load_signer
+from ledger.lineage import StateNode, run_state_forest
 from ledger.log import Ledger
 from ledger.redact import redact as redact_payload
 from ledger.writer import EvidenceWriter
@@ -161,6 +162,32 @@ _TRACE_LINES = {
 }
 
 
+def _lineage_line(node: StateNode, call_id: str) -> str:
+    """One run state: its events, what it still waited for, and what bound to it (this
+    call's decisions and executions, and every leg end), each with its seq."""
+    parts = [f"{e.event}@{e.seq}" for e in node.events] or ["(no run_state entry)"]
+    waiting = [str(i["call_id"]) for i in node.pending]
+    if waiting:
+        parts.append("pending " + ",".join(waiting))
+    for b in node.bound:
+        if b.kind == "decision" and b.call_id == call_id:
+            parts.append(f"{b.detail} {call_id}@{b.seq}")
+        elif b.kind == "execution" and b.call_id == call_id:
+            parts.append(f"ran {call_id}@{b.seq}")
+        elif b.kind == "run_end":
+            parts.append(f"leg {b.detail}@{b.seq}")
+    return f"{node.state_id[:12]}  " + "  ".join(parts)
+
+
+def _print_lineage(forest: dict[str, list[StateNode]], call_id: str) -> None:
+    for run, roots in forest.items():
+        output.stdout.print(f"run states of run {run}:", highlight=False)
+        for root in roots:
+            for depth, node in root.walk():
+                branch = "  " * max(depth - 1, 0) + ("└─ " if depth else "")
+                output.stdout.print(f"  {branch}{_lineage_line(node, call_id)}", highlight=False)
+
+
 @app.command()
 def trace(
     call_id: Annotated[str, typer.Argument(help="The call_id to follow.")],
@@ -168,7 +195,8 @@ def trace(
     run_id: Annotated[str | None, typer.Option("--run-id", help="Only this run.")] = None,
     json: JsonOpt = False,
 ) -> None:
-    """One call's chain as a timeline: call, decisions, executions, session items."""
+    """One call's chain as a timeline: call, decisions, executions, session items; then
+    the run states of its run as a tree (lineage: which state each was derived from)."""
     book = Ledger(ledger)
     report = verify_ledger(book)
     timeline = [
@@ -183,10 +211,16 @@ def trace(
         v for v in report.violations
         if v.call_id == call_id and (run_id is None or v.run_id == run_id)
     ]
+    runs = {row["body"].get("run_id") for row in timeline}
+    forest = run_state_forest(e for e, _ in book.entries() if e.body.get("run_id") in runs)
     if json:
         output.print_json({
             "call_id": call_id, "entries": timeline,
             "violations": [v.to_json() for v in violations],
+            "lineage": [
+                {"run_id": run, "states": [root.to_json() for root in roots]}
+                for run, roots in forest.items()
+            ],
         })
         return
     for row in timeline:
@@ -198,6 +232,7 @@ def trace(
             f"{body.get('run_id')}{'/' + scope if scope else ''}  {detail}",
             highlight=False,
         )
+    _print_lineage(forest, call_id)
     for v in violations:
         output.stdout.print(f"[red]{v.rule}[/] at seq {v.seq}: {v.detail}", highlight=False)
 

@@ -6,14 +6,23 @@ gated tool ``wire`` and records it through :class:`~ledger.integrations.openai_a
 
   fork            one paused result, ``to_state()`` twice (siblings A and B); approve the
                   call on A only; resume B (it must pause again), then A (it must run it)
-  reuse_call_id   two runs whose top agents call the agent tool ``ask_payer`` with the same
-                  call_id and arguments; the nested ``wire`` calls share a call_id but not
-                  their arguments; approve run A's nested call only; resume B, then A
+  reuse_call_id   two runs in one process whose top agents call the agent tool ``ask_l1``
+                  with the same call_id and arguments; the nested ``wire`` calls share a
+                  call_id but not their arguments; approve run A's nested call only; resume
+                  B (it must pause again), then A (it must run A's call)
   nested1..3      the gated tool 1, 2 or 3 ``as_tool`` edges below the top agent; the state
                   goes through ``to_json()`` / JSON text / ``RunState.from_json()``, the
                   nested call is approved and the run resumed (it must run at its scope)
-  retry_write     the approved state is parked as JSON; the first resume fails on a session
-                  write; the retry reloads the JSON and resumes again (it must run once)
+  retry_write     the approved state is resumed with a session whose next write fails (the
+                  leg fails after the tool ran); the same state object is resumed again (it
+                  must finish the write without running the tool twice)
+
+What ``evidence-ledger verify`` reports, as recorded (``tests/test_lineage_matrix.py``):
+openai-agents 0.21.0, 0.22.3, 0.23.1, 0.24.0: nothing, on every scenario; 0.20.0:
+``fork`` state_isolation (the sibling runs the call approved on A), ``reuse_call_id``
+execution_provenance + state_isolation (run B runs run A's approved nested call) and
+approved_not_executed (run A never runs it), ``nested2`` / ``nested3``
+approved_not_executed (the approved nested call pauses again).
 
 Each runs not streamed (``<name>``) and streamed (``<name>-streamed``). Works with
 openai-agents 0.20 - 0.24: ``agents.testing.ScriptedModel`` where the SDK has it, else a
@@ -162,6 +171,11 @@ async def run(recorder: Recorder, agent: Agent[Any], run_input: Any, streamed: b
     return result
 
 
+def tag(name: str, streamed: bool) -> str:
+    """The call_id prefix of a scenario: unique per scenario and mode."""
+    return f"{name}-s" if streamed else name
+
+
 async def resume(recorder: Recorder, agent: Agent[Any], state: RunState[Any, Any],
                  streamed: bool, **kwargs: Any) -> None:
     """Resume ``state``; an SDK error ends the leg (recorded ``failed``), not the scenario."""
@@ -177,7 +191,7 @@ def approve_all(recorder: Recorder, state: RunState[Any, Any]) -> None:
 
 
 async def fork(recorder: Recorder, streamed: bool) -> None:
-    agent = payer_tree("fork", 0, 100)
+    agent = payer_tree(tag("fork", streamed), 0, 100)
     paused = await run(recorder, agent, "pay 100", streamed)
     state_a, state_b = paused.to_state(), paused.to_state()
     approve_all(recorder, state_a)
@@ -186,7 +200,8 @@ async def fork(recorder: Recorder, streamed: bool) -> None:
 
 
 async def reuse_call_id(recorder: Recorder, streamed: bool) -> None:
-    agent_a, agent_b = payer_tree("reuse", 1, 1), payer_tree("reuse", 1, 2)
+    agent_a = payer_tree(tag("reuse", streamed), 1, 1)
+    agent_b = payer_tree(tag("reuse", streamed), 1, 2)
     paused_a = await run(recorder, agent_a, "pay", streamed)
     paused_b = await run(recorder, agent_b, "pay", streamed)
     state_a, state_b = paused_a.to_state(), paused_b.to_state()
@@ -197,7 +212,7 @@ async def reuse_call_id(recorder: Recorder, streamed: bool) -> None:
 
 def nested(depth: int) -> Callable[[Recorder, bool], Any]:
     async def scenario(recorder: Recorder, streamed: bool) -> None:
-        agent = payer_tree(f"nested{depth}", depth, 7)
+        agent = payer_tree(tag(f"nested{depth}", streamed), depth, 7)
         paused = await run(recorder, agent, "pay 7", streamed)
         stored = json.dumps(paused.to_state().to_json())
         state = await RunState.from_json(agent, json.loads(stored))
@@ -220,7 +235,7 @@ class FlakySession(SQLiteSession):
 
 
 async def retry_write(recorder: Recorder, streamed: bool) -> None:
-    agent = payer_tree("retry", 0, 30)
+    agent = payer_tree(tag("retry", streamed), 0, 30)
     session = FlakySession("retry-write", ":memory:")
     paused = await run(recorder, agent, "pay 30", streamed, session=session)
     stored = json.dumps(paused.to_state().to_json())

@@ -156,12 +156,15 @@ def run_state_forest(entries: Iterable[Entry]) -> dict[str, list[StateNode]]:
     ``entries`` are decoded entries in log order (e.g. ``(e for e, _ in ledger.entries())``).
     A state whose parent no entry records hangs under a node for that parent marked
     ``recorded=False``; a decision or leg naming a state no ``run_state`` entry records
-    gets such a node too (a root). Roots and children are ordered by first appearance.
+    gets such a node too (a root). Roots and children are ordered by the entry that first
+    names them.
     """
     nodes: dict[str, StateNode] = {}
     order: list[str] = []
 
     def node(state: str, run_id: str, parent: str | None, recorded: bool) -> StateNode:
+        if parent is not None and parent not in nodes:
+            node(parent, run_id, None, False)  # named first, so ordered first
         found = nodes.get(state)
         if found is None:
             found = nodes[state] = StateNode(state, run_id, parent, recorded)
@@ -183,10 +186,6 @@ def run_state_forest(entries: Iterable[Entry]) -> dict[str, list[StateNode]]:
         if bound is not None and isinstance(state, str):
             node(state, entry.body["run_id"], None, False).bound.append(bound)
 
-    for state in list(order):
-        parent = nodes[state].parent
-        if parent is not None and parent not in nodes:
-            node(parent, nodes[state].run_id, None, False)
     forest: dict[str, list[StateNode]] = {}
     for state in order:
         current = nodes[state]

@@ -69,10 +69,6 @@ def _scope_text(scope: tuple[str, ...]) -> str:
     return "/".join(scope) if scope else "top level"
 
 
-def _leg_text(leg: str | None) -> str:
-    return f"run state {leg}" if leg else "no run state (a fresh leg)"
-
-
 @dataclass(frozen=True)
 class Decision:
     """A human decision as the rules see it.
@@ -348,10 +344,13 @@ class RuleEngine:
         elsewhere = [d for d in (*call.decisions, *sticky) if d.decision == "approve"]
         if elsewhere:
             d = elsewhere[-1]
+            where = (
+                f"not on run state {leg} this leg resumed from or an ancestor of it" if leg
+                else "but this leg started fresh, from no run state"
+            )
             self._report(
                 STATE_ISOLATION, entry,
-                f"approved at seq {d.seq} on run state {d.run_state}, which is neither "
-                f"{_leg_text(leg)} this leg resumed from nor an ancestor of it", key,
+                f"approved at seq {d.seq} on run state {d.run_state}, {where}", key,
             )
             return
         other_scope = [d for d in self._approvals_in_run[(key[0], key[2])] if d.scope != key[1]]

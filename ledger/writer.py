@@ -426,9 +426,10 @@ class EvidenceWriter:
         ``state_id`` names the state; ``parent`` the state it was derived from.
         ``event`` is ``to_state`` (made from a run result), ``to_json`` (serialised),
         ``loaded`` (first met, restored from JSON) or ``resume`` (a leg resumed from
-        it). ``state`` is its serialised form (a JSON value, digested with RFC 8785 into
-        the 32-byte ``digest``, not stored); or pass ``digest`` itself. ``interruptions``
-        are its pending approvals.
+        it). ``state`` is its serialised form (a JSON value: ``RunState.to_json()``),
+        digested into the 32-byte ``digest`` as SHA-256 over its RFC 8785 JSON (see
+        :func:`item_bytes` for values RFC 8785 refuses) and not stored; or pass ``digest``
+        itself. ``interruptions`` are its pending approvals.
 
         Raises:
             UsageError: if ``event`` is unknown.

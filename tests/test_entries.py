@@ -12,7 +12,7 @@ from ledger.entries import BODY_FIELDS, ZERO_HASH, Entry, decode_entry
 from ledger.errors import EncodingError
 
 SCHEMAS = Path(__file__).parent.parent / "schemas" / "entry-bodies"
-BODY = {"run_id": "r", "scope": [], "status": "completed"}
+BODY = {"run_id": "r", "scope": [], "status": "completed", "run_state": None}
 
 
 def _raw(**changes):

@@ -18,6 +18,8 @@ EXPECTED = {
     "argument_integrity": [(1, "c1")],
     "exactly_once": [(2, "c1")],
     "approved_not_executed": [(3, "n1")],
+    "state_isolation": [(6, "c1")],
+    "nested_ownership": [(7, "n1")],
 }
 
 

@@ -26,7 +26,8 @@ What is recorded, and from where:
 - ``guardrail``: a tool input guardrail that did not allow a call (wrapped: the SDK fires
   no hook for it);
 - ``session_item``: each item the wrapped session accepted or removed;
-- ``run_end``: the end of every leg of a run (``completed``, ``interrupted``, ``failed``).
+- ``run_end``: the end of every leg of a run (``completed``, ``interrupted``, ``failed``);
+- ``run_state``: each ``RunState`` the recorder meets (see *Run states* below).
 
 Agent hooks the user set are kept and still called (after recording). Hooks given to
 ``Runner.run`` do not reach agents run through ``Agent.as_tool``, hence agent hooks.
@@ -38,6 +39,38 @@ contexts into ``RunState.to_json()`` and restores them in ``RunState.from_json()
 resumed leg - in this process or another one - finds the same run id there. Other context
 types are refused (:class:`~ledger.errors.UsageError`).
 
+Run states: a paused run becomes a ``RunState`` that apps fork, serialise, approve on one
+copy and resume in another process, or retry; a ``call_id`` alone does not say which
+copy a decision was made on. So every ``RunState`` object the recorder meets gets a
+*state id* (32 hex digits) and a ``run_state`` entry per event:
+
+- ``to_state``: ``result.to_state()`` on a result of :meth:`Recorder.run` /
+  :meth:`Recorder.run_streamed` (the recorder wraps it) makes a new state whose parent
+  is the state the leg resumed from (None for a leg that started fresh): two
+  ``to_state()`` calls on one result give two siblings with the same parent;
+- ``to_json``: ``state.to_json()`` (and ``to_string()``) of such a state; the output
+  carries the state id in its context mapping under :data:`RUN_STATE_KEY`;
+- ``loaded``: a state the recorder did not make (one restored with
+  ``RunState.from_json`` / ``from_string``, in this process or another, or a copy of
+  a state object), met at :meth:`Recorder.approve`, :meth:`Recorder.reject` or a
+  resume: it gets a new id, its parent being the id its JSON carried (or the copied
+  state's), so two loads of one JSON are siblings too;
+- ``resume``: a leg resumed from it.
+
+(``to_json`` events go to the ledger of the recorder that last met the state.)
+
+Each entry holds the run id, the state id, its parent, the SHA-256 of the RFC 8785
+JSON of ``to_json()`` at that moment (None if the SDK cannot serialise it) and the
+pending interruptions (call_id, tool, agent, scope, arguments digest). Decisions carry
+the id of the state they were made on; executions and ``run_end`` entries the id of
+the state their leg resumed from (None for a fresh leg). The id is written into the
+``to_json()`` output, not into the live context mapping: the SDK gives sibling states
+one shared mapping. To do so the recorder registers the object (by identity, weakly),
+notes the id in an attribute of the object (``_evidence_ledger_state_id``, so that a
+copy names its original), and swaps its class for a subclass of ``RunState`` with the
+same name whose ``to_json()`` adds the id and records the event; nothing else about
+the state changes.
+
 Scope: a call's identity is ``(run_id, scope, call_id)``. ``scope`` is empty at the top
 agent; inside an agent run through ``Agent.as_tool`` it gains the edge
 ``"<tool name>:<call_id of the tool call>"``, e.g. ``["ask_expert:call_7"]``, one edge per
@@ -47,7 +80,9 @@ nested agent's calls, executions and policies carry it, on resume as well.
 Limits: attached agents must run through a recorder (their hooks raise
 :class:`~ledger.errors.UsageError` otherwise); a session write outside a recorded run is
 recorded with ``run_id=""``; a streamed run whose events are not read to the end is
-recorded as ``failed``; handoff calls are recorded as calls but not as executions.
+recorded as ``failed``; handoff calls are recorded as calls but not as executions; the
+run states of agents run through ``Agent.as_tool`` are the SDK's own and not recorded
+(their calls are, under the top-level run's state).
 """
 
 from __future__ import annotations
@@ -268,10 +303,15 @@ class Recorder:
         ``RunState.from_json``) gets one, with the id its JSON carried as parent."""
         info = _state_info(state)
         if info is not None:
+            if info.writer is not self.writer:  # its to_json() now records here
+                info = replace(info, writer=self.writer)
+                _register(state, info)
             return info
         run_id = state_run_id(state)
         context = state._context.context if state._context is not None else None
-        parent = context.get(RUN_STATE_KEY) if isinstance(context, Mapping) else None
+        parent = getattr(state, _STATE_ATTR, None)  # a copy (copy.copy) of a state we met
+        if parent is None and isinstance(context, Mapping):
+            parent = context.get(RUN_STATE_KEY)
         info = _StateInfo(
             self.writer, uuid.uuid4().hex, parent if isinstance(parent, str) else None, run_id,
         )
@@ -503,6 +543,7 @@ class _StateInfo:
 
 # id(RunState) -> (weak reference, info): RunState is a dataclass, hence unhashable
 _STATES: dict[int, tuple[weakref.ref[Any], _StateInfo]] = {}
+_STATE_ATTR = "_evidence_ledger_state_id"
 _RECORDING_CLASSES: dict[type, type] = {}
 
 
@@ -526,6 +567,7 @@ def _register(state: RunState[Any, Any], info: _StateInfo) -> None:
             del _STATES[key]
 
     _STATES[key] = (weakref.ref(state, forget), info)
+    state.__dict__[_STATE_ATTR] = info.state_id  # copies of the object carry it along
     state.__class__ = _recording_class(type(state))
 
 

@@ -1,0 +1,79 @@
+"""The run-state lineage scenarios recorded under each pinned openai-agents release.
+
+``examples/lineage_scenarios.py`` runs inside a venv holding that release (see
+``tests/sdk_venvs.py``) and records every scenario into its own ledger; each ledger is
+then verified with our CLI, and the rules it reports must be exactly the ones in
+:data:`EXPECTED` (nothing, where the release behaves). Slow: one venv per release on
+first run; run with ``pytest -m release_matrix``.
+
+What the releases do, as recorded (streamed and not streamed alike):
+
+- 0.20.0 hands ``to_state()`` copies one shared context wrapper, so the approval made
+  on one fork lets its sibling run the call (``state_isolation``); keeps nested
+  agent-tool runs in a process-wide cache keyed by the calling tool call, so a second
+  run reusing that call finds the first run's approved nested call and runs it
+  (``execution_provenance``: its run never made the call; ``state_isolation``: only
+  the other run approved it), while the first run, resumed, never runs it
+  (``approved_not_executed``); and with two or three agent-tool edges it pauses an
+  approved nested call again on resume (``approved_not_executed``), parked for good.
+- 0.21.0, 0.22.3, 0.23.1 and 0.24.0 keep forks, runs and nested approvals apart.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .helpers import run_cli
+from .sdk_venvs import REPO_ROOT, sdk_env, sdk_venv
+
+pytestmark = pytest.mark.release_matrix
+
+SCRIPT = REPO_ROOT / "examples" / "lineage_scenarios.py"
+RELEASES = ("0.20.0", "0.21.0", "0.22.3", "0.23.1", "0.24.0")
+SCENARIOS = ("fork", "reuse_call_id", "nested1", "nested2", "nested3", "retry_write")
+
+EXPECTED: dict[tuple[str, str], set[str]] = {
+    ("0.20.0", "fork"): {"state_isolation"},
+    ("0.20.0", "reuse_call_id"): {
+        "execution_provenance", "state_isolation", "approved_not_executed",
+    },
+    ("0.20.0", "nested2"): {"approved_not_executed"},
+    ("0.20.0", "nested3"): {"approved_not_executed"},
+}
+"""(release, scenario) -> the rules its ledgers break, streamed and not; absent: none."""
+
+
+def record_all(release: str, out: Path) -> dict[str, dict[str, object]]:
+    """Run the scenario script under ``release``; its JSON lines by ledger name."""
+    bin_dir = sdk_venv(release)
+    done = subprocess.run(
+        [str(bin_dir / "python"), str(SCRIPT), "--out", str(out)],
+        env=sdk_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    return {str(line["scenario"]): line for line in lines}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_lineage_scenarios_report_what_the_release_does(tmp_path: Path, release: str) -> None:
+    recorded = record_all(release, tmp_path)
+    assert set(recorded) == {f"{s}{m}" for s in SCENARIOS for m in ("", "-streamed")}
+
+    reported: dict[str, set[str]] = {}
+    for name, line in sorted(recorded.items()):
+        assert line["sdk"] == release and line["error"] is None
+        result = run_cli("verify", "--ledger", str(line["ledger"]), "--json")
+        report = json.loads(result.out)
+        assert result.code == (0 if report["ok"] else 1), result.err
+        reported[name] = {v["rule"] for v in report["violations"]}
+
+    expected = {
+        name: EXPECTED.get((release, name.removesuffix("-streamed")), set())
+        for name in recorded
+    }
+    assert reported == expected

@@ -1,0 +1,219 @@
+"""Run-state lineage as the recorder writes it, on the installed SDK (agents.testing).
+
+Each scenario of ``examples/lineage_scenarios.py`` (fork, reuse_call_id, nested1-3,
+retry_write; streamed and not) must verify clean on the current release, and its run
+states must form the lineage the scenario made. The same scenarios under every pinned
+release are in ``test_lineage_matrix.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+
+from agents import Agent, RunState
+
+from ledger import digests
+from ledger.audit import verify_ledger
+from ledger.entries import Entry
+from ledger.integrations.openai_agents import RUN_STATE_KEY, Recorder, state_id
+from ledger.lineage import run_state_forest
+from ledger.log import Ledger
+
+pytestmark = pytest.mark.anyio
+
+SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "lineage_scenarios.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lineage_scenarios", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+scenarios = _load()
+
+
+def entries(directory: Path) -> list[Entry]:
+    return [entry for entry, _ in Ledger(directory).entries()]
+
+
+def states(found: list[Entry]) -> list[tuple[str, str, str | None]]:
+    """(event, state_id, parent) of every run_state entry, in log order."""
+    return [(e.body["event"], e.body["state_id"], e.body["parent"])
+            for e in found if e.kind == "run_state"]
+
+
+def bound(found: list[Entry], kind: str) -> list[tuple[Any, ...]]:
+    """(call_id or status, scope, run_state) of every entry of ``kind``."""
+    return [(e.body.get("call_id") or e.body.get("status"), tuple(e.body["scope"]),
+             e.body["run_state"]) for e in found if e.kind == kind]
+
+
+@pytest.mark.parametrize("name", scenarios.NAMES)
+async def test_scenario_verifies_clean_on_the_current_release(tmp_path: Path, name: str) -> None:
+    await scenarios.record(name, tmp_path)
+    report = verify_ledger(Ledger(tmp_path))
+    assert report.violations == []
+    assert not [n for n in report.notices if "run state" in n]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_fork_gives_siblings_and_binds_each_leg(tmp_path: Path, streamed: bool) -> None:
+    await scenarios.SCENARIOS["fork"](Recorder(tmp_path), streamed)
+    found = entries(tmp_path)
+    made = states(found)
+    (_, a, _), (_, b, _) = made[:2]
+    assert made == [
+        ("to_state", a, None), ("to_state", b, None), ("resume", b, None), ("resume", a, None),
+    ]
+    assert a != b
+    wire = scenarios.tag("fork", streamed) + "-wire"
+    assert bound(found, "decision") == [(wire, (), a)]
+    assert bound(found, "run_end") == [("interrupted", (), None), ("interrupted", (), b),
+                                       ("completed", (), a)]
+    assert bound(found, "execution") == [(wire, (), a)]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_reused_call_id_binds_to_its_own_run(tmp_path: Path, streamed: bool) -> None:
+    await scenarios.SCENARIOS["reuse_call_id"](Recorder(tmp_path), streamed)
+    found = entries(tmp_path)
+    runs = list(dict.fromkeys(e.body["run_id"] for e in found if e.kind == "run_end"))
+    assert len(runs) == 2
+    by_run = {e.body["state_id"]: e.body["run_id"] for e in found if e.kind == "run_state"}
+    (decided,) = [e.body for e in found if e.kind == "decision"]
+    (ran,) = [e.body for e in found if e.kind == "execution" and e.body["tool"] == "wire"]
+    assert decided["run_id"] == ran["run_id"] == runs[0] == by_run[decided["run_state"]]
+    assert ran["run_state"] == decided["run_state"]
+    assert tuple(ran["scope"]) == (f"ask_l1:{scenarios.tag('reuse', streamed)}-l1",)
+    other = [e.body for e in found if e.kind == "run_end" and e.body["run_id"] == runs[1]]
+    assert [b["status"] for b in other] == ["interrupted", "interrupted"]
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_nested_call_runs_at_its_scope_on_the_loaded_state(
+    tmp_path: Path, depth: int, streamed: bool
+) -> None:
+    await scenarios.SCENARIOS[f"nested{depth}"](Recorder(tmp_path), streamed)
+    found = entries(tmp_path)
+    made = states(found)
+    (_, saved, _), (_, loaded, _) = made[0], made[2]
+    assert made == [("to_state", saved, None), ("to_json", saved, None),
+                    ("loaded", loaded, saved), ("resume", loaded, saved)]
+    tag = scenarios.tag(f"nested{depth}", streamed)
+    scope = tuple(f"ask_l{k}:{tag}-l{k}" for k in range(1, depth + 1))
+    assert bound(found, "decision") == [(f"{tag}-wire", scope, loaded)]
+    assert (f"{tag}-wire", scope, loaded) in bound(found, "execution")
+    pending = next(e.body["interruptions"] for e in found if e.kind == "run_state")
+    assert [(i["call_id"], tuple(i["scope"]), i["tool"]) for i in pending] == [
+        (f"{tag}-wire", scope, "wire"),
+    ]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_retry_resumes_the_same_state_again(tmp_path: Path, streamed: bool) -> None:
+    await scenarios.SCENARIOS["retry_write"](Recorder(tmp_path), streamed)
+    found = entries(tmp_path)
+    made = states(found)
+    loaded = made[2][1]
+    assert [(event, parent) for event, _, parent in made] == [
+        ("to_state", None), ("to_json", None), ("loaded", made[0][1]), ("resume", made[0][1]),
+        ("resume", made[0][1]),
+    ]
+    assert [s for s in bound(found, "run_end")] == [
+        ("interrupted", (), None), ("failed", (), loaded), ("completed", (), loaded),
+    ]
+    assert len(bound(found, "execution")) == 1
+
+
+# -- identity across serialisation ---------------------------------------------------------
+
+
+def two_step_agent() -> Agent[Any]:
+    """Calls the gated ``wire`` twice, one turn each (c1, then c2)."""
+    return Agent(
+        name="payer", tools=[scenarios.wire],
+        model=scenarios.scripted_model(
+            [("wire", {"amount": 1}, "ts-c1"), ("wire", {"amount": 2}, "ts-c2")], "done",
+        ),
+    )
+
+
+async def test_states_of_a_resumed_leg_are_children_of_the_state_it_resumed(
+    tmp_path: Path,
+) -> None:
+    recorder, agent = Recorder(tmp_path), two_step_agent()
+    first = (await recorder.run(agent, "pay")).to_state()
+    scenarios.approve_all(recorder, first)
+    paused = await recorder.run(agent, first)
+    one, two = paused.to_state(), paused.to_state()
+
+    assert {state_id(one), state_id(two), state_id(first)} == set(
+        s for _, s, _ in states(entries(tmp_path))
+    )
+    assert [p for e, _, p in states(entries(tmp_path)) if e == "to_state"] == [
+        None, state_id(first), state_id(first),
+    ]
+    assert isinstance(one, RunState) and type(one).__name__ == "RunState"
+
+
+async def test_to_json_and_to_string_carry_the_state_id(tmp_path: Path) -> None:
+    recorder, agent = Recorder(tmp_path), two_step_agent()
+    state = (await recorder.run(agent, "pay")).to_state()
+    data = state.to_json()
+    text = state.to_string()
+
+    assert data["context"]["context"][RUN_STATE_KEY] == state_id(state)
+    assert json.loads(text)["context"]["context"][RUN_STATE_KEY] == state_id(state)
+    serialised = [e.body for e in entries(tmp_path) if e.kind == "run_state"][1:]
+    assert [b["event"] for b in serialised] == ["to_json", "to_json"]
+    assert serialised[0]["digest"] == hashlib.sha256(digests.canonical_json(data)).digest()
+    # the live context, shared with sibling states, is left as it was
+    assert RUN_STATE_KEY not in state._context.context
+
+
+async def test_a_state_loaded_twice_gives_two_children(tmp_path: Path) -> None:
+    recorder, agent = Recorder(tmp_path), two_step_agent()
+    saved = (await recorder.run(agent, "pay")).to_state()
+    stored = json.dumps(saved.to_json())
+    one = await RunState.from_json(agent, json.loads(stored))
+    two = await RunState.from_json(agent, json.loads(stored))
+    assert state_id(one) is None  # not met yet
+    scenarios.approve_all(recorder, one)
+    await recorder.run(agent, two)
+
+    forest = run_state_forest(entries(tmp_path))
+    ((_, (root,)),) = forest.items()
+    assert root.state_id == state_id(saved)
+    assert [c.state_id for c in root.children] == [state_id(one), state_id(two)]
+    assert [[e.event for e in c.events] for c in root.children] == [
+        ["loaded"], ["loaded", "resume"],
+    ]
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_copied_state_is_a_child_of_the_original(tmp_path: Path) -> None:
+    recorder, agent = Recorder(tmp_path), two_step_agent()
+    original = (await recorder.run(agent, "pay")).to_state()
+    duplicate = copy.deepcopy(original)
+    assert state_id(duplicate) is None
+    scenarios.approve_all(recorder, duplicate)
+
+    assert states(entries(tmp_path))[-1] == ("loaded", state_id(duplicate), state_id(original))
+    assert [e.body["run_state"] for e in entries(tmp_path) if e.kind == "decision"] == [
+        state_id(duplicate),
+    ]
