@@ -256,7 +256,8 @@ class RuleEngine:
             )
         approved = self._approved[call.key[0]]
         if decision.decision == "approve":
-            approved[call.key] = decision
+            if not call.executions:  # a late approval of a call that already ran awaits nothing
+                approved[call.key] = decision
             self._approvals_in_run[(decision.run_id, b["call_id"])].append(decision)
             self._approvals_of_call[(decision.scope, b["call_id"])].append(decision)
         else:

@@ -79,3 +79,11 @@ def test_explicit_rejection_beats_sticky_approval(tmp_path):
     ).code == 0
     _, report = _verify_json(tmp_path)
     assert report["violations"][0]["detail"].startswith("executed after a rejection by bob")
+
+
+def test_a_late_approval_of_a_call_that_already_ran_is_one_violation(tmp_path):
+    # the call ran before anyone approved it: approval_binding, and nothing awaits execution
+    path = DATA / "cases" / "late_approval.jsonl"
+    assert run_cli("ingest", str(path), "--ledger", str(tmp_path)).code == 0
+    _, report = _verify_json(tmp_path)
+    assert [(v["rule"], v["seq"]) for v in report["violations"]] == [("approval_binding", 1)]
