@@ -32,6 +32,7 @@ from ledger.redact import redact as redact_payload
 from ledger.writer import EvidenceWriter
 
 from . import bundles, output, query, sessions, tlog
+from .options import JsonOpt, LedgerOpt
 
 app = typer.Typer(
     name="evidence-ledger",
@@ -41,14 +42,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-LedgerOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--ledger", envvar="EVIDENCE_LEDGER", show_envvar=True,
-        help="Ledger directory [default: ./.evidence].",
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 

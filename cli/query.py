@@ -28,19 +28,13 @@ from ledger.index import run_query, update_index
 from ledger.log import Ledger
 
 from . import output
+from .options import LedgerOpt
 
 __all__ = ["register"]
 
 PROGRESS_THRESHOLD = 100_000
 """Entries a job must pass before it shows a progress bar (and only on a terminal)."""
 
-LedgerOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--ledger", envvar="EVIDENCE_LEDGER", show_envvar=True,
-        help="Ledger directory (default: ./.evidence).",
-    ),
-]
 
 IndexOption = Annotated[
     Path | None,
@@ -126,7 +120,7 @@ def _text(value: Any) -> str:
 
 def query(
     sql: Annotated[str, typer.Argument(help="One SELECT statement (see docs/QUERIES.md).")],
-    ledger: LedgerOption = None,
+    ledger: LedgerOpt = None,
     format: Annotated[
         QueryFormat, typer.Option("--format", help="Output format.")
     ] = QueryFormat.table,
@@ -172,7 +166,7 @@ def query(
 def export(
     format: Annotated[ExportFormat, typer.Option("--format", help="File format.")],
     out: Annotated[Path, typer.Option("--out", help="New (or empty) output directory.")],
-    ledger: LedgerOption = None,
+    ledger: LedgerOpt = None,
     since: Annotated[
         str | None, typer.Option(help="Only rows at or after T (ISO 8601 UTC, or ns).")
     ] = None,
@@ -202,7 +196,7 @@ def export(
 
 def verify_export_(
     directory: Annotated[Path, typer.Argument(help="Export directory (holds manifest.json).")],
-    ledger: LedgerOption = None,
+    ledger: LedgerOpt = None,
     json_: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
 ) -> None:
     """Check an export against the ledger: root hash at its tree size, every file's

@@ -39,6 +39,7 @@ from ledger.sessions import (
 from ledger.writer import EvidenceWriter
 
 from . import output
+from .options import LedgerOpt
 
 __all__ = ["register"]
 
@@ -55,13 +56,6 @@ SessionOpt = Annotated[
 ]
 TableOpt = Annotated[
     str, typer.Option("--messages-table", help="SQLiteSession messages table.")
-]
-LedgerOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--ledger", envvar="EVIDENCE_LEDGER", show_envvar=True,
-        help="Ledger directory holding the run's evidence [default: ./.evidence].",
-    ),
 ]
 
 

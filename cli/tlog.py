@@ -23,18 +23,10 @@ from ledger.log import Ledger
 from ledger.note import Verifier
 from ledger.proofs import prove_consistency, prove_inclusion
 
+from .options import JsonOpt, LedgerOpt
+
 __all__ = ["register"]
 
-LedgerOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--ledger",
-        metavar="DIR",
-        help="Ledger directory (default: $EVIDENCE_LEDGER, else ./.evidence).",
-        show_default=False,
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _b64(value: bytes) -> str:
@@ -82,7 +74,7 @@ def checkpoint_command(
             "--key", metavar="PATH", help="Private key file; repeat for one signature per key."
         ),
     ],
-    ledger: LedgerOption = None,
+    ledger: LedgerOpt = None,
 ) -> None:
     """Sign the current tree head as a C2SP checkpoint, store it, and print it."""
     signers = [load_signer(path) for path in key]
@@ -124,14 +116,14 @@ def verify_checkpoint_command(
 
 def inclusion_command(
     seq: Annotated[int, typer.Option("--seq", metavar="N", help="Entry seq (0-based leaf index).")],
-    ledger: LedgerOption = None,
+    ledger: LedgerOpt = None,
     tree_size: Annotated[
         int | None,
         typer.Option(
             "--tree-size", metavar="N", help="Prove against this tree size (default: current)."
         ),
     ] = None,
-    as_json: JsonOption = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print an RFC 9162 inclusion proof: leaf hash, tree size, root, audit path."""
     proof = prove_inclusion(Ledger(ledger), seq, tree_size)
@@ -140,11 +132,11 @@ def inclusion_command(
 
 def consistency_command(
     from_: Annotated[int, typer.Option("--from", metavar="M", help="Older tree size (> 0).")],
-    ledger: LedgerOption = None,
+    ledger: LedgerOpt = None,
     to: Annotated[
         int | None, typer.Option("--to", metavar="N", help="Newer tree size (default: current).")
     ] = None,
-    as_json: JsonOption = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print an RFC 9162 consistency proof between two tree sizes."""
     proof = prove_consistency(Ledger(ledger), from_, to)
