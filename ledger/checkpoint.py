@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import fcntl
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import EvidenceError, StorageError, UsageError
+from .fsutil import file_lock, fsync_path
 from .log import Ledger
 from .merkle import HASH_SIZE
 from .note import OpenedNote, Signer, Verifier, open_note, parse_note, sign_note
@@ -209,14 +209,6 @@ class StoredCheckpoint:
     data: bytes
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class CheckpointStore:
     """The append-only checkpoints of one ledger (see the module docstring).
 
@@ -276,16 +268,8 @@ class CheckpointStore:
         Raises:
             StorageError: if the directory or lock file cannot be created.
         """
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StorageError(f"cannot open {self.directory / LOCK_NAME}: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with file_lock(self.directory / LOCK_NAME):
             yield
-        finally:
-            os.close(fd)
 
     def append(self, data: bytes) -> StoredCheckpoint:
         """Store ``data`` as the next checkpoint, durably; the lock must be held.
@@ -305,7 +289,7 @@ class CheckpointStore:
             os.chmod(tmp, 0o444)
             os.link(tmp, path)  # fails rather than overwrite
             os.unlink(tmp)
-            _fsync_dir(self.directory)
+            fsync_path(self.directory)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

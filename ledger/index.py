@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import functools
 import gc
 import hashlib
@@ -45,7 +44,8 @@ import pyarrow.compute as pc
 
 from . import chains, encoding, entries, findings, merkle, rules  # noqa: F401 (fingerprint)
 from .entries import ZERO_HASH, Entry, decode_entry, entry_hash
-from .errors import EncodingError, EvidenceError, UsageError
+from .errors import EncodingError, EvidenceError, StorageError, UsageError
+from .fsutil import file_lock
 from .log import Ledger
 from .store import Damage, Record, TornTail
 from .verify import Report
@@ -522,15 +522,12 @@ def _gc_paused() -> Iterator[None]:
 @contextlib.contextmanager
 def _flock(path: Path, exclusive: bool) -> Iterator[None]:
     lock = path.with_name(path.name + ".lock")
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise UsageError(f"cannot open {lock}: {exc.strerror} (pass --index)") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(lock, exclusive=exclusive))
+        except StorageError as exc:
+            raise UsageError(f"{exc} (pass --index)") from exc
         yield
-    finally:
-        os.close(fd)
 
 
 _SCHEMA = [

@@ -24,16 +24,9 @@ from pathlib import Path
 
 from .errors import StorageError
 from .findings import PayloadStatus
+from .fsutil import fsync_path
 
 PAYLOAD_DIR = "payloads"
-
-
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -136,7 +129,7 @@ class PayloadStore:
                 else:
                     dirs = {os.path.dirname(p) for p in self._dirty} | {self._root}
                     for path in sorted(self._dirty) + sorted(dirs):
-                        _fsync_path(path)
+                        fsync_path(path)
                 self._dirty.clear()
             if log_fd is not None and not covered:
                 os.fsync(log_fd)

@@ -89,6 +89,7 @@ from typing import Any
 from . import digests
 from .entries import Entry
 from .errors import EvidenceError, LedgerError, StorageError, UsageError
+from .fsutil import fsync_path
 from .log import Ledger
 from .writer import EvidenceWriter, item_bytes
 
@@ -794,19 +795,6 @@ def plan_repair(
 # -- markers: a repair's durable intent ---------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
-
-
 def _marker_path(ledger: Ledger, repair_id: str) -> Path:
     return ledger.directory / REPAIRS_DIR / f"{repair_id}.json"
 
@@ -821,8 +809,8 @@ def _write_marker(ledger: Ledger, repair_id: str, doc: dict[str, Any]) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
-        _fsync_dir(ledger.directory)
+        fsync_path(path.parent)
+        fsync_path(ledger.directory)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise StorageError(f"cannot write repair marker {path}: {exc}") from exc
@@ -832,7 +820,7 @@ def _write_marker(ledger: Ledger, repair_id: str, doc: dict[str, Any]) -> Path:
 def _remove_marker(path: Path) -> None:
     try:
         path.unlink(missing_ok=True)
-        _fsync_dir(path.parent)
+        fsync_path(path.parent)
     except OSError as exc:
         raise StorageError(f"cannot remove repair marker {path}: {exc}") from exc
 
@@ -1076,8 +1064,8 @@ def _backup(store: Path, path: Path) -> None:
         finally:
             target.close()
             source.close()
-        _fsync_file(path)
-        _fsync_dir(path.parent)
+        fsync_path(path)
+        fsync_path(path.parent)
     except BaseException:
         path.unlink(missing_ok=True)
         raise

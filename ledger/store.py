@@ -20,7 +20,6 @@ Storage sits behind :class:`LogStore` so that another backend can replace the fi
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import os
 import struct
@@ -31,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from .errors import EvidenceError, LockTimeout, StorageError
+from .errors import EvidenceError, StorageError
+from .fsutil import file_lock, fsync_path
 
 LOG_NAME = "log.bin"
 LOCK_NAME = "writer.lock"
@@ -172,14 +172,6 @@ class LogStore(Protocol):
         ...
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class FileLogStore:
     """The log in ``<dir>/log.bin``; see the module docstring for the format.
 
@@ -227,7 +219,7 @@ class FileLogStore:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 os.fsync(fd)
                 os.close(fd)
-                _fsync_dir(self.directory)
+                fsync_path(self.directory)
         except FileExistsError:
             pass
         except OSError as exc:
@@ -245,26 +237,8 @@ class FileLogStore:
             StorageError: if the lock file cannot be opened.
         """
         self.create()
-        try:
-            fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StorageError(f"cannot open lock file: {exc}") from exc
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise LockTimeout(
-                            f"another writer holds {self.directory / LOCK_NAME} "
-                            f"(waited {timeout:g} s)"
-                        ) from None
-                    time.sleep(0.005)
+        with file_lock(self.directory / LOCK_NAME, timeout=timeout):
             yield
-        finally:
-            os.close(fd)  # closing releases the flock
 
     def cut_torn_tail(self, tail: TornTail) -> Path:
         """Move a torn tail aside into ``torn/`` and truncate the log (writer lock held).
@@ -285,7 +259,7 @@ class FileLogStore:
                 dst.write(cut)
                 dst.flush()
                 os.fsync(dst.fileno())
-            _fsync_dir(torn_dir)
+            fsync_path(torn_dir)
             with open(self.path, "r+b") as log:
                 log.truncate(tail.offset)
                 os.fsync(log.fileno())

@@ -64,7 +64,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import fcntl
 import json
 import mmap
 import os
@@ -76,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EvidenceError, StorageError, UsageError
+from .fsutil import file_lock, fsync_path
 from .log import Ledger
 from .merkle import EMPTY_ROOT, HASH_SIZE, leaf_hash, node_hash
 from .store import FRAME_OVERHEAD, MAX_RECORD, MORE_FLAG, Damage, Record, TornTail
@@ -626,14 +626,6 @@ def _read_frame(fd: int, offset: int, skip: int) -> bytes | None:
     return None if frame is None else frame[1]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _rebuild_hint(directory: Path) -> str:
     return f"delete {directory} to rebuild it"
 
@@ -719,7 +711,7 @@ class _AppendFiles:
             except OSError as exc:
                 raise StorageError(f"cannot write {path}: {exc}") from exc
         if self._created:
-            _fsync_dir(self.directory)
+            fsync_path(self.directory)
 
     def close(self) -> None:
         for _, fh in self._files:
@@ -871,16 +863,8 @@ class TreeStore:
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StorageError(f"cannot open {self.directory / LOCK_NAME}: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with file_lock(self.directory / LOCK_NAME):
             yield
-        finally:
-            os.close(fd)
 
     def _write_tile(self, level: int, index: int, data: bytes) -> None:
         path = self.directory / tile_path(level, index)
@@ -901,7 +885,7 @@ class TreeStore:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.state_path)
-            _fsync_dir(self.directory)
+            fsync_path(self.directory)
         except OSError as exc:
             raise StorageError(f"cannot write {self.state_path}: {exc}") from exc
 
