@@ -37,8 +37,8 @@ MARKDOWN_ROWS = 50
 LedgerOption = Annotated[
     Path | None,
     typer.Option(
-        "--ledger", envvar="EVIDENCE_LEDGER", show_envvar=True,
-        help="Ledger directory [default: ./.evidence].",
+        "--ledger", metavar="DIR", envvar="EVIDENCE_LEDGER", show_envvar=True,
+        help="Ledger directory (default: ./.evidence).", show_default=False,
     ),
 ]
 

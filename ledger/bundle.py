@@ -139,6 +139,22 @@ def _payload_digests(entry: Entry) -> set[bytes]:
     return {d for name in PAYLOAD_FIELDS if isinstance(d := entry.body.get(name), bytes)}
 
 
+def _states_named(entries: Iterable[Entry]) -> set[str]:
+    """Run-state ids that ``entries`` name (a decision's, execution's or leg end's
+    ``run_state``, a state's ``parent``) but whose ``run_state`` entries are not among them."""
+    named: set[str] = set()
+    recorded: set[str] = set()
+    for entry in entries:
+        body = entry.body
+        if entry.kind == "run_state":
+            recorded.add(body["state_id"])
+            if isinstance(body["parent"], str):
+                named.add(body["parent"])
+        elif isinstance(body.get("run_state"), str):
+            named.add(body["run_state"])
+    return named - recorded
+
+
 def select_entries(records: Records, selection: Selection) -> list[tuple[int, bytes, Entry]]:
     """The entries of ``selection`` and the context its verdict depends on, by seq.
 
@@ -216,26 +232,28 @@ def select_entries(records: Records, selection: Selection) -> list[tuple[int, by
         if (entry.body["run_id"], entry.body["call_id"]) in sticky_calls:
             chosen[seq] = (data, entry)
 
-    # Pass 3, when needed: calls named by refs and not chosen yet, and the run states of
-    # other runs that chosen entries name (their lineage decides whether a decision holds).
-    hashes = {entry_hash(data) for data, _ in chosen.values()}
-    wanted = {ref for _, entry in chosen.values() for ref in entry.refs} - hashes
-    known_states = {e.body["state_id"] for _, e in chosen.values() if e.kind == "run_state"}
-    state_runs = {
-        e.body["run_id"] for _, e in chosen.values()
-        if isinstance(e.body.get("run_state"), str) and e.body["run_state"] not in known_states
-    } - runs
-    if wanted or state_runs:
-        run_needles = _needles(sorted(state_runs))
+    # Further passes, when needed: calls named by refs and not chosen yet, and the
+    # run_state entries of every state a chosen entry names, with their ancestors (the
+    # lineage decides whether a decision holds in a leg), until nothing is missing.
+    while True:
+        hashes = {entry_hash(data) for data, _ in chosen.values()}
+        wanted = {ref for _, entry in chosen.values() for ref in entry.refs} - hashes
+        states = _states_named(entry for _, entry in chosen.values())
+        if not wanted and not states:
+            break
+        state_needles = _needles(sorted(states))
+        added = False
         for seq, data in records():
             if seq in chosen:
                 continue
             if entry_hash(data) in wanted:
-                chosen[seq] = (data, decode_entry(data))
-            elif _mentions(data, run_needles):
+                chosen[seq], added = (data, decode_entry(data)), True
+            elif _mentions(data, state_needles):
                 entry = decode_entry(data)
-                if entry.kind == "run_state" and entry.body["run_id"] in state_runs:
-                    chosen[seq] = (data, entry)
+                if entry.kind == "run_state" and entry.body["state_id"] in states:
+                    chosen[seq], added = (data, entry), True
+        if not added:
+            break  # named but never recorded: the rules treat such lineage as unknown
 
     named: set[bytes] = set()
     for _, entry in chosen.values():

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import hashlib
 import json
 import re
@@ -521,10 +522,10 @@ class VerifiedBundle:
         return not self.verdict
 
     def entry(self, seq: int) -> BundleEntry | None:
-        """The bundled entry ``seq``, or None."""
-        for item in self.entries:
-            if item.seq == seq:
-                return item
+        """The bundled entry ``seq``, or None (binary search: entries are in seq order)."""
+        i = bisect.bisect_left(self.entries, seq, key=lambda e: e.seq)
+        if i < len(self.entries) and self.entries[i].seq == seq:
+            return self.entries[i]
         return None
 
     def tlog_proof(self, seq: int) -> str:

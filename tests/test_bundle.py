@@ -116,7 +116,8 @@ def test_a_bundle_that_proves_a_violation_is_authentic(tmp_path, key):
     assert [v["rule"] for v in summary["verdict"]["violations"]] == ["tool_linkage"]
     assert result.code == 0, result.err
     assert "verdict: 1 violation(s) (1 recomputed from the bundled entries" in result.out
-    assert "  tool_linkage at seq 2 run r1 call c-update: function_call_output c-update" in result.out
+    line = "  tool_linkage at seq 2 run r1 call c-update: function_call_output c-update"
+    assert line in result.out
 
 
 @pytest.mark.parametrize("name", RULE_FILES)
@@ -133,7 +134,8 @@ def test_every_selection_of_every_rule_case_agrees_with_the_full_verifier(tmp_pa
     full = verify_ledger(book, [signer.verifier.vkey])
     bodies = [entry.body for entry, _ in book.entries()]
     selections = [Selection("all")]
-    selections += [Selection("run", r) for r in sorted({b["run_id"] for b in bodies if "run_id" in b})]
+    runs = sorted({b["run_id"] for b in bodies if "run_id" in b})
+    selections += [Selection("run", r) for r in runs]
     for b in bodies:
         if isinstance(b.get("call_id"), str):
             selections += [Selection("call", None, b["call_id"]),
@@ -213,7 +215,7 @@ def test_whole_log_bundle_proves_absence_and_carries_every_entry(tmp_path, key):
 
 
 def test_inclusion_proofs_are_c2sp_tlog_proofs_against_the_checkpoint(tmp_path, key):
-    path, vkey = key
+    path, _ = key
     ledger = tmp_path / "ledger"
     ingest(ledger, "valid")
     bundle = tmp_path / "b.json"

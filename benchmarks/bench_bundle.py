@@ -1,0 +1,89 @@
+"""Proof-bundle size for one call chain in a large ledger (digests only), and its cost.
+
+Builds the synthetic ledger of :mod:`benchmarks.workload` (call, approval, execution, two
+session items per chain; a ``run_end`` every 40 chains), then proves one gated call chain
+from the middle of the log with ``build_bundle`` (signing a checkpoint, running the full
+verifier, selecting the chain's closure, proving each entry) and verifies the bundle.
+
+Target (issue 4): the bundle of one call chain at 10^6 entries is under 16 KiB. Baseline:
+the chain's entry bytes alone (what any bundle must carry), so the ratio is the overhead of
+proofs, subjects, checkpoint, verdict, JSON and DSSE base64. Times are single wall-clock
+runs on this machine (the ledger build is not timed).
+
+Run: ``python -m benchmarks.bench_bundle [--entries 100000 1000000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import Row, print_table
+from benchmarks.workload import CHAINS_PER_RUN, build_ledger
+from ledger.bundle import build_bundle
+from ledger.bundle_verify import Selection, verify_bundle
+from ledger.log import Ledger
+from ledger.note import Signer
+
+TARGET_BYTES = 16 * 1024
+CHAIN_ENTRIES = 5  # a gated chain: call, decision, execution, two session items
+
+
+def _chains(entries: int) -> int:
+    """Whole chains in a ledger of ``entries`` entries (about 5.5 entries each)."""
+    per_run = CHAINS_PER_RUN * CHAIN_ENTRIES - CHAINS_PER_RUN // 2 + 1
+    return entries * CHAINS_PER_RUN // per_run
+
+
+def measure(entries: int, directory: Path) -> list[Row]:
+    """Build a ledger of ``entries`` entries in ``directory`` and prove one chain of it."""
+    build_ledger(directory, entries)
+    middle = _chains(entries) // 2 // 2 * 2  # even chains are gated (see workload)
+    call_id = f"call_{middle:09d}"
+    signer = Signer.generate("bench.example/ledger")
+    start = time.perf_counter()
+    bundle = build_bundle(Ledger(directory), signer, Selection("call", None, call_id))
+    prove_s = time.perf_counter() - start
+    start = time.perf_counter()
+    verified = verify_bundle(bundle.data, [signer.verifier])
+    verify_ms = (time.perf_counter() - start) * 1000
+    size = len(bundle.data)
+    chain = sum(len(e.data) for e in verified.entries)
+    kinds = ", ".join(e.entry.kind for e in verified.entries)
+    return [
+        Row(
+            operation="proof bundle, one call chain, digests only", size=entries,
+            ours=size, unit="bytes", baselines={"entry bytes alone": chain},
+            ratio=size / chain, target="< 16 KiB", met=size < TARGET_BYTES,
+            note=(f"{len(verified.entries)} entries ({kinds}); tree size "
+                  f"{verified.checkpoint.size}, {len(verified.entries[0].proof)} hashes per "
+                  "inclusion proof; ratio = bundle / entry bytes"),
+        ),
+        Row(operation="prove (checkpoint, full verify, select, proofs, sign)", size=entries,
+            ours=prove_s, unit="s", note="dominated by the full verifier pass over the log"),
+        Row(operation="verify-proof (offline)", size=entries, ours=verify_ms, unit="ms"),
+    ]
+
+
+def rows(entries: tuple[int, ...] = (100_000,)) -> list[Row]:
+    """Rows for each ledger size in ``entries`` (each built in a temporary directory)."""
+    out: list[Row] = []
+    for n in entries:
+        work = Path(tempfile.mkdtemp(prefix="bench-bundle-"))
+        try:
+            out += measure(n, work / "ledger")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, nargs="+", default=[100_000],
+                        help="ledger sizes (entries); e.g. 100000 1000000")
+    args = parser.parse_args()
+    print_table(rows(tuple(args.entries)), f"{platform.machine()} {platform.python_version()}")
