@@ -15,8 +15,8 @@ from pathlib import Path
 
 from benchmarks.common import Row, median_time
 from benchmarks.workload import steps
+from ledger.framing import Record
 from ledger.log import Ledger
-from ledger.store import Record
 from ledger.writer import EvidenceWriter
 
 GROUP = 256

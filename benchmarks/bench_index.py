@@ -32,9 +32,9 @@ from pathlib import Path
 from benchmarks.common import RUNS, Row, median_time
 from ledger.entries import BODY_FIELDS, decode_entry
 from ledger.export import export_ledger
+from ledger.framing import Record
 from ledger.index import run_query, update_index
 from ledger.log import Ledger
-from ledger.store import Record
 from ledger.verify import verify_records
 from ledger.writer import EvidenceWriter
 

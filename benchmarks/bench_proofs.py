@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Row
+from ledger.framing import Record
 from ledger.log import Ledger
 from ledger.proof_verify import verify_consistency, verify_inclusion
 from ledger.proofs import Prover, prove_consistency, prove_inclusion
-from ledger.store import Record
 from ledger.tree_store import TreeStore
 
 SAMPLES = 300

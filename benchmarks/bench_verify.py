@@ -16,7 +16,7 @@ from benchmarks.common import RUNS, Row, peak_rss_mb
 
 FLOOR = """
 import hashlib, sys, msgpack
-from ledger.store import Record, scan_bytes, FileLogStore
+from ledger.store import FileLogStore
 from pathlib import Path
 n = 0
 for item in FileLogStore(Path(sys.argv[1])).scan():

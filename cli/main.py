@@ -19,7 +19,7 @@ import typer
 
 from ledger.audit import verify_ledger
 from ledger.chains import call_chains
-from ledger.checkpoint import create_checkpoint
+from ledger.checkpoint_store import create_checkpoint
 from ledger.digests import from_text
 from ledger.entries import entry_json
 from ledger.errors import LedgerError, UsageError

@@ -16,7 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ledger.checkpoint import create_checkpoint, verify_checkpoint
+from ledger.checkpoint import verify_checkpoint
+from ledger.checkpoint_store import create_checkpoint
 from ledger.files import read_input
 from ledger.keys import keygen, load_signer
 from ledger.log import Ledger

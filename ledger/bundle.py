@@ -61,13 +61,14 @@ from .bundle_verify import (
     finding_in_selection,
     verify_bundle,
 )
-from .checkpoint import CheckpointStore, StoredCheckpoint, create_checkpoint, verify_checkpoint
+from .checkpoint import verify_checkpoint
+from .checkpoint_store import CheckpointStore, StoredCheckpoint, create_checkpoint
 from .entries import PAYLOAD_FIELDS, Entry, decode_entry, entry_hash
 from .errors import EncodingError, EvidenceError, StorageError, UsageError
+from .framing import Damage, Record
 from .log import Ledger
 from .note import Signer
 from .proofs import inclusion_proof
-from .store import Damage, Record
 from .tree_store import TreeStore
 from .verify import Report
 

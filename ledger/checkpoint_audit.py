@@ -49,18 +49,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .checkpoint import (
-    Checkpoint,
-    CheckpointStore,
-    parse_checkpoint,
-    verify_checkpoint,
-)
+from .checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
+from .checkpoint_store import CheckpointStore
 from .errors import EvidenceError, UsageError
 from .findings import Finding
+from .framing import Damage, TornTail
 from .log import Ledger
 from .merkle import EMPTY_ROOT, CompactRange, leaf_hash
 from .note import MalformedNoteError, NoteError, Verifier, open_note, parse_note
-from .store import Damage, TornTail
 
 __all__ = [
     "RULES",

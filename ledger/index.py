@@ -45,9 +45,9 @@ import pyarrow.compute as pc
 from . import chains, encoding, entries, findings, merkle, rules  # noqa: F401 (fingerprint)
 from .entries import ZERO_HASH, Entry, decode_entry, entry_hash
 from .errors import EncodingError, EvidenceError, StorageError, UsageError
+from .framing import Damage, Record, TornTail
 from .fsutil import file_lock
 from .log import Ledger
-from .store import Damage, Record, TornTail
 from .verify import Report
 
 __all__ = [

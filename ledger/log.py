@@ -18,8 +18,9 @@ from pathlib import Path
 
 from .entries import Entry, decode_entry, entry_hash
 from .errors import EncodingError, EvidenceError, UsageError
+from .framing import Damage, Record, TornTail
 from .payloads import PayloadStore
-from .store import Damage, FileLogStore, Record, TornTail
+from .store import FileLogStore
 
 DEFAULT_DIR = ".evidence"
 ENV_VAR = "EVIDENCE_LEDGER"

@@ -75,10 +75,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EvidenceError, StorageError, UsageError
+from .framing import FRAME_OVERHEAD, MAX_RECORD, MORE_FLAG, Damage, Record, TornTail
 from .fsutil import file_lock, fsync_path
 from .log import Ledger
 from .merkle import EMPTY_ROOT, HASH_SIZE, leaf_hash, node_hash
-from .store import FRAME_OVERHEAD, MAX_RECORD, MORE_FLAG, Damage, Record, TornTail
 
 __all__ = [
     "TILE_HEIGHT",

@@ -18,8 +18,8 @@ from . import merkle
 from .entries import PAYLOAD_FIELDS, ZERO_HASH, decode_entry, entry_hash
 from .errors import EncodingError, UsageError
 from .findings import INTEGRITY, RULES, Finding, PayloadStatus
+from .framing import Damage, Record, ScanItem, TornTail
 from .rules import CallState, RuleEngine
-from .store import Damage, Record, ScanItem, TornTail
 
 REPORT_FORMAT_VERSION = 1
 

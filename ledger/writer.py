@@ -7,7 +7,9 @@ holds only their digests. A call's identity is ``(run_id, scope, call_id)`` wher
 ``scope`` is the path of agent-as-tool edges from the top agent (empty at top level).
 
 Writers may live in several processes at once: each append takes the OS lock, catches
-up with what others appended, and releases it (see :meth:`Ledger.locked_tail`).
+up with what others appended, and releases it (see :meth:`Ledger.locked_tail`). One
+writer may be shared by threads: its ``atomic()`` blocks (so every append) and payload
+puts hold a per-writer lock, so a block of one thread never joins another's group.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -83,6 +86,7 @@ class EvidenceWriter:
         self.clock = clock
         self._group: list[bytes] | None = None
         self._next: Tail | None = None
+        self._lock = threading.RLock()  # one atomic() block at a time, across threads
         self._forget()
 
     def _forget(self) -> None:
@@ -139,11 +143,18 @@ class EvidenceWriter:
         """Group every append inside the block into one atomic, fsynced log group.
 
         The writer lock is held for the whole block. If the block raises, nothing is
-        appended. Nested blocks join the outer one.
+        appended. Nested blocks (of the same thread) join the outer one; a block of
+        another thread waits until the outer one is done.
         """
-        if self._group is not None:
-            yield
-            return
+        with self._lock:
+            if self._group is not None:
+                yield
+                return
+            with self._locked_group():
+                yield
+
+    @contextlib.contextmanager
+    def _locked_group(self) -> Iterator[None]:
         self.ledger.store.create()
         with self.ledger.locked_tail(self._tail, self._visit, self.lock_timeout) as tail:
             self._group, self._next = [], tail
@@ -189,7 +200,8 @@ class EvidenceWriter:
             return hash_
 
     def _put(self, data: bytes) -> bytes:
-        return self.ledger.payloads.put(data)
+        with self._lock:  # a sync of another thread's group never drops it from its dirty set
+            return self.ledger.payloads.put(data)
 
     def _call_refs(self, run_id: str, scope: Sequence[str] | None, call_id: str) -> list[bytes]:
         found = self.find_call(run_id, scope, call_id)

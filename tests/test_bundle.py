@@ -28,13 +28,13 @@ from ledger.bundle import build_bundle, select_entries
 from ledger.bundle_verify import ENGINE_RULES, Selection, finding_in_selection, verify_bundle
 from ledger.checkpoint import parse_checkpoint
 from ledger.entries import decode_entry
+from ledger.framing import Record
 from ledger.keys import load_signer
 from ledger.log import Ledger
 from ledger.merkle import leaf_hash
 from ledger.proof_verify import verify_inclusion
 from ledger.rules import RuleEngine
 from ledger.schemas import load
-from ledger.store import Record
 from ledger.writer import EvidenceWriter
 from tests.helpers import DATA, ingest, run_cli
 

@@ -20,8 +20,6 @@ from ledger.checkpoint import (
     Checkpoint,
     CheckpointFormatError,
     CheckpointOriginError,
-    CheckpointStore,
-    create_checkpoint,
     parse_checkpoint,
     verify_checkpoint,
 )
@@ -32,6 +30,7 @@ from ledger.checkpoint_audit import (
     check_checkpoints,
     checkpoint_sizes,
 )
+from ledger.checkpoint_store import CheckpointStore, create_checkpoint
 from ledger.errors import EvidenceError, UsageError
 from ledger.findings import Finding
 from ledger.keys import keygen, load_signer

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from ledger.entries import decode_entry
 from ledger.errors import EncodingError, IngestError
+from ledger.framing import frame, scan_bytes
 from ledger.ingest import parse_events
-from ledger.store import frame, scan_bytes
 from ledger.verify import verify_records
 from tests.fuzzing import FUZZ
 from tests.helpers import DATA, run_cli

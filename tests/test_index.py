@@ -30,10 +30,11 @@ from ledger.findings import (
     REJECTION_RESPECTED,
     TOOL_LINKAGE,
 )
+from ledger.framing import Record, frame
 from ledger.index import VIEWS, Deriver, derive, run_query, update_index
 from ledger.ingest import ingest_file
 from ledger.log import Ledger
-from ledger.store import FileLogStore, Record, frame
+from ledger.store import FileLogStore
 from ledger.verify import verify_records
 from ledger.writer import EvidenceWriter
 from tests.helpers import DATA

@@ -5,8 +5,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.reliability import concurrency_trial, fault_trial, kill_trial
+from ledger.framing import Record, frame, scan_bytes
 from ledger.log import Ledger
-from ledger.store import Record, frame, scan_bytes
 from ledger.verify import verify_records
 from tests.helpers import ingest
 

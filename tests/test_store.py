@@ -6,8 +6,9 @@ import pytest
 
 from ledger.audit import verify_ledger
 from ledger.errors import EvidenceError
+from ledger.framing import TornTail
 from ledger.log import Ledger
-from ledger.store import LOG_NAME, TornTail
+from ledger.store import LOG_NAME
 from ledger.writer import EvidenceWriter
 from tests.helpers import ingest, run_cli
 

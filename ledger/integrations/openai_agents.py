@@ -87,15 +87,20 @@ run states of agents run through ``Agent.as_tool`` are the SDK's own and not rec
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import inspect
 import os
+import threading
+import time
+import traceback
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from agents import (
     Agent,
@@ -119,7 +124,7 @@ from agents.tool_context import ToolContext
 from agents.tool_guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrailData
 from openai.types.responses import ResponseFunctionToolCall
 
-from ..errors import UsageError
+from ..errors import StorageError, UsageError
 from ..log import Ledger
 from ..writer import EvidenceWriter, Interruption, Scope
 
@@ -135,14 +140,257 @@ RUN_STATE_KEY = "evidence_ledger_run_state"
 """Key of the run state id in the context of a serialised ``RunState`` (``to_json()``)."""
 
 _MARK = "_evidence_ledger_attached"
+_T = TypeVar("_T")
+
+# -- group commit ------------------------------------------------------------------------
+
+Write = Callable[[EvidenceWriter], object]
+"""Appends one or more entries through the writer it is given (called inside ``atomic()``)."""
+
+DURABILITY = ("group", "entry")
+GROUP_WRITES = 256
+"""At most this many queued writes go into one group the flusher appends."""
+GROUP_WINDOW = 0.010
+"""Seconds the flusher waits, after the first queued write, for more to join its group."""
+FLUSHER_IDLE = 1.0
+"""Seconds without evidence after which a flusher thread ends (a new one starts on demand)."""
+
+_JOURNAL_ATTR = "_evidence_ledger_journal"
+_JOURNALS_LOCK = threading.Lock()
+_LIVE_JOURNALS: weakref.WeakSet[_Journal] = weakref.WeakSet()
+
+
+class _Journal:
+    """The evidence queue of one :class:`EvidenceWriter` (shared by every recorder on it).
+
+    Writes are applied in the order they were queued or committed. Queued writes are
+    appended by a daemon flusher thread, up to :data:`GROUP_WRITES` of them (or what
+    arrived within :data:`GROUP_WINDOW`) as one atomic, synced group. Whoever appends
+    holds the *turn* (``_busy``), so groups never interleave: the flusher, or a caller
+    of :meth:`commit` / :meth:`read` that appends what is queued itself rather than
+    wait for the flusher.
+
+    If the flusher cannot append a group, nothing of it is appended and every write
+    queued after it is dropped (what is durable stays a prefix of what was queued); the
+    failure is kept until :meth:`settle`, :meth:`commit` or :meth:`read` reports it,
+    and :meth:`submit` refuses new writes until then.
+    """
+
+    def __init__(self, writer: EvidenceWriter) -> None:
+        self.writer = writer
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[Write] = []
+        self._busy = False  # someone holds the turn (appends a group)
+        self._urgent = 0  # callers waiting for the turn: the flusher cuts its window short
+        self._failure: BaseException | None = None
+        self._dropped = 0  # writes lost with the failed group, or refused after it
+        self._flusher: threading.Thread | None = None
+
+    @staticmethod
+    def of(writer: EvidenceWriter) -> _Journal:
+        """The journal of ``writer`` (made on first use)."""
+        journal = writer.__dict__.get(_JOURNAL_ATTR)
+        if journal is None:
+            with _JOURNALS_LOCK:
+                journal = writer.__dict__.get(_JOURNAL_ATTR)
+                if journal is None:
+                    journal = writer.__dict__[_JOURNAL_ATTR] = _Journal(writer)
+                    _LIVE_JOURNALS.add(journal)
+        assert isinstance(journal, _Journal)
+        return journal
+
+    def record(self, write: Write, queued: bool) -> None:
+        """``write`` queued for the flusher, or appended durably before returning."""
+        if queued:
+            self.submit(write)
+        else:
+            self.commit(write)
+
+    def submit(self, write: Write) -> None:
+        """Queue ``write`` for the flusher; returns at once.
+
+        Raises:
+            StorageError: if an earlier group failed and no one has been told yet.
+        """
+        with self._cond:
+            if self._failure is not None:
+                self._dropped += 1
+                raise StorageError(
+                    f"evidence not recorded: an earlier group failed ({self._failure})"
+                ) from self._failure
+            self._queue.append(write)
+            waiting, flusher = len(self._queue), self._flusher
+            if flusher is None:
+                flusher = threading.Thread(
+                    target=self._flush, name="evidence-ledger-flusher", daemon=True,
+                )
+                try:
+                    flusher.start()
+                    self._flusher = flusher
+                except RuntimeError:  # the interpreter is shutting down
+                    flusher = None
+            elif waiting == 1 or waiting >= GROUP_WRITES:
+                self._cond.notify_all()
+        if flusher is None:  # no thread to append it: do so now
+            self.commit()
+
+    def commit(self, write: Write | None = None, *, join: bool = True) -> None:
+        """Append every queued write, then ``write``, durably, before returning.
+
+        ``join``: all in one group (else ``write`` in a group of its own, so that a
+        ``write`` that raises drops nothing queued).
+
+        Raises:
+            StorageError: if a group the flusher appended earlier failed, or this one does.
+        """
+        with self._turn():
+            batch = self._take()
+            if write is not None and join:
+                batch.append(write)
+            self._append(batch)
+            if write is not None and not join:
+                self._append([write])
+
+    def read(self, look: Callable[[EvidenceWriter], _T]) -> _T:
+        """``look(writer)`` once every queued write is durable (so the writer's indexes
+        hold it).
+
+        Raises:
+            StorageError: as :meth:`commit`.
+        """
+        with self._turn():
+            self._append(self._take())
+            return look(self.writer)
+
+    def settle(self) -> StorageError | None:
+        """Wait for the group in flight; the failure of a group the flusher could not
+        append, if any, as a :class:`StorageError` (reported once)."""
+        with self._cond:
+            while self._busy:
+                self._cond.wait()
+            return self._report()
+
+    # -- internals -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """Hold the turn: no group is appended by anyone else meanwhile.
+
+        Raises:
+            StorageError: (on entry) if a group the flusher appended failed.
+        """
+        with self._cond:
+            self._urgent += 1
+            self._cond.notify_all()
+            try:
+                while self._busy:
+                    self._cond.wait()
+            finally:
+                self._urgent -= 1
+            failure = self._report()
+            if failure is not None:
+                raise failure
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def _report(self) -> StorageError | None:
+        """(Lock held.) The flusher's failure, once, as a StorageError; None if none."""
+        failure, dropped = self._failure, self._dropped
+        if failure is None:
+            return None
+        self._failure, self._dropped = None, 0
+        error = StorageError(
+            f"{dropped} evidence write(s) not recorded: a group could not be appended "
+            f"({type(failure).__name__}: {failure})"
+        )
+        error.__cause__ = failure
+        return error
+
+    def _take(self) -> list[Write]:
+        with self._cond:
+            batch, self._queue = self._queue, []
+            return batch
+
+    def _append(self, batch: list[Write]) -> None:
+        if not batch:
+            return
+        writer = self.writer
+        with writer.atomic():
+            for write in batch:
+                write(writer)
+
+    def _flush(self) -> None:
+        """The flusher thread: append queued writes in groups; end when idle."""
+        while True:
+            with self._cond:
+                if not self._wait_for_group():
+                    self._flusher = None
+                    return
+                self._busy = True
+                batch = self._queue[:GROUP_WRITES]
+                del self._queue[:GROUP_WRITES]
+            try:
+                self._append(batch)
+            except BaseException as exc:  # kept for the next drain point, never dropped
+                with self._cond:
+                    self._dropped += len(batch) + len(self._queue)
+                    self._queue.clear()
+                    self._failure = self._failure or exc
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _wait_for_group(self) -> bool:
+        """(Lock held.) Wait until a group can be taken: writes are queued, no one holds
+        or waits for the turn, and the window is over or the group full. False once idle
+        for :data:`FLUSHER_IDLE` seconds."""
+        idle_until = time.monotonic() + FLUSHER_IDLE
+        window_ends: float | None = None
+        while True:
+            left: float | None
+            if not self._queue:
+                window_ends = None
+                left = idle_until - time.monotonic()
+                if left <= 0:
+                    return False
+            elif self._busy or self._urgent:
+                left = None  # the holder appends what is queued; wait for the turn
+            else:
+                if window_ends is None:
+                    window_ends = time.monotonic() + GROUP_WINDOW
+                left = window_ends - time.monotonic()
+                if left <= 0 or len(self._queue) >= GROUP_WRITES:
+                    return True
+            self._cond.wait(left)
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """Append what abandoned runs left queued (daemon flushers stop at exit)."""
+    for journal in list(_LIVE_JOURNALS):
+        try:
+            journal.commit()
+        except Exception:  # reported, not raised: one failing ledger must not stop the rest
+            traceback.print_exc()
 
 
 @dataclass(frozen=True)
 class _Frame:
-    writer: EvidenceWriter
+    journal: _Journal
+    queued: bool  # group durability: the leg's evidence goes through the flusher
     run_id: str
     scope: Scope = ()
     run_state: str | None = None  # the state this leg resumed from; None: started fresh
+
+    def record(self, write: Write) -> None:
+        """Record evidence of this leg (queued, or durable at once; see ``queued``)."""
+        self.journal.record(write, self.queued)
 
 
 _FRAME: ContextVar[_Frame | None] = ContextVar("evidence_ledger_frame", default=None)
@@ -166,6 +414,16 @@ def _entered(frame: _Frame) -> Iterator[None]:
 
 def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _snapshot(value: Any) -> Any:
+    """``value`` with its dicts and lists copied (other values shared): a session item as
+    it was stored, should the SDK change the object before its entry is appended."""
+    if isinstance(value, dict):
+        return {key: _snapshot(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [_snapshot(inner) for inner in value]
+    return value
 
 
 def _status(result: RunResult | RunResultStreaming) -> str:
@@ -198,10 +456,34 @@ class Recorder:
 
     Args:
         ledger: an :class:`EvidenceWriter`, a :class:`Ledger`, or a ledger directory.
+        durability: ``"group"`` (default): evidence of a leg is appended in groups by a
+            flusher thread, and is durable when the leg ends; ``"entry"``: every entry
+            is durable before its hook returns (see *Durability* in the module docstring).
+
+    Raises:
+        UsageError: if ``durability`` is neither.
     """
 
-    def __init__(self, ledger: EvidenceWriter | Ledger | str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        ledger: EvidenceWriter | Ledger | str | os.PathLike[str],
+        *,
+        durability: str = "group",
+    ) -> None:
+        if durability not in DURABILITY:
+            raise UsageError(f"durability must be one of {DURABILITY}, not {durability!r}")
         self.writer = ledger if isinstance(ledger, EvidenceWriter) else EvidenceWriter(ledger)
+        self.durability = durability
+        self._journal = _Journal.of(self.writer)
+        self._queued = durability == "group"
+
+    def flush(self) -> None:
+        """Make every entry recorded so far durable (``"group"`` queues a leg's evidence).
+
+        Raises:
+            StorageError: if evidence queued earlier could not be appended, or this fails.
+        """
+        self._journal.commit()
 
     # -- running -----------------------------------------------------------------------
 
@@ -210,15 +492,18 @@ class Recorder:
 
         ``input`` is a string, a list of input items, or a :class:`RunState` to resume.
         Every leg ends with a ``run_end`` entry: ``failed`` when the SDK raises (the
-        exception propagates), else ``interrupted`` or ``completed``.
+        exception propagates), else ``interrupted`` or ``completed``. Returns once the
+        leg's evidence and its ``run_end`` are durable.
 
         Raises:
             UsageError: if the context is not a mapping, or a RunState carries no run id.
+            StorageError: if evidence of the leg could not be appended (the leg is then
+                recorded as ``failed`` where the storage still takes it).
         """
         frame = self._start(agent, input, kwargs)
         with self._leg(frame):
             result = await Runner.run(agent, input, **kwargs)
-        self.writer.run_end(run_id=frame.run_id, status=_status(result), run_state=frame.run_state)
+        self._finish(frame, _status(result))
         self._derive_states(result, frame)
         return result
 
@@ -226,10 +511,12 @@ class Recorder:
         """``Runner.run_streamed(agent, input, **kwargs)``, recorded.
 
         The ``run_end`` entry is written when ``stream_events()`` ends, before it returns
-        to the caller: ``failed`` when it raises or is left before its end.
+        to the caller: ``failed`` when it raises or is left before its end. The leg's
+        evidence and its ``run_end`` are durable when ``stream_events()`` ends.
 
         Raises:
             UsageError: as :meth:`run`.
+            StorageError: from ``stream_events()``, as :meth:`run`.
         """
         frame = self._start(agent, input, kwargs)
         with self._leg(frame):  # the SDK's run task copies the context variable
@@ -244,7 +531,7 @@ class Recorder:
                     yield event
                 status = _status(result)
             finally:
-                self.writer.run_end(run_id=frame.run_id, status=status, run_state=frame.run_state)
+                self._finish(frame, status)
 
         result.stream_events = recorded_events  # type: ignore[method-assign]
         return result
@@ -256,8 +543,26 @@ class Recorder:
             try:
                 yield
             except BaseException:
-                self.writer.run_end(run_id=frame.run_id, status="failed", run_state=frame.run_state)
+                self._finish(frame, "failed")
                 raise
+
+    def _finish(self, frame: _Frame, status: str) -> None:
+        """End the leg: its queued evidence and ``run_end``, durable before returning.
+
+        Raises:
+            StorageError: if a group of the leg's evidence could not be appended (then
+                ``run_end`` says ``failed``), or this last one cannot.
+        """
+        failure = self._journal.settle()
+        end = functools.partial(
+            EvidenceWriter.run_end, run_id=frame.run_id,
+            status="failed" if failure is not None else status, run_state=frame.run_state,
+        )
+        try:
+            self._journal.commit(end)
+        finally:
+            if failure is not None:
+                raise failure
 
     def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> _Frame:
         attach(agent)
@@ -265,9 +570,9 @@ class Recorder:
         if session is not None and not isinstance(session, RecordedSession):
             kwargs["session"] = RecordedSession(self.writer, session)
         if isinstance(input, RunState):
-            info = self._adopt(input)
-            _record_state(input, info, "resume")
-            return _Frame(self.writer, info.run_id, run_state=info.state_id)
+            info = self._adopt(input, queued=self._queued)
+            _record_state(input, info, "resume", queued=self._queued)
+            return _Frame(self._journal, self._queued, info.run_id, run_state=info.state_id)
         run_id = uuid.uuid4().hex
         context = kwargs.get("context")
         if context is None:
@@ -279,7 +584,7 @@ class Recorder:
                 f"the recorder keeps its run id in a mapping run context, not in a "
                 f"{type(context).__name__}"
             )
-        return _Frame(self.writer, run_id)
+        return _Frame(self._journal, self._queued, run_id)
 
     # -- run states --------------------------------------------------------------------
 
@@ -287,24 +592,25 @@ class Recorder:
         """Make ``result.to_state()`` give each state it returns an id of its own, whose
         parent is the state this leg resumed from (so two calls give siblings)."""
         make = result.to_state
-        writer = self.writer
+        journal = self._journal
 
         def to_state() -> RunState[Any, Any]:
             state = make()
-            info = _StateInfo(writer, uuid.uuid4().hex, frame.run_state, frame.run_id)
+            info = _StateInfo(journal, uuid.uuid4().hex, frame.run_state, frame.run_id)
             _register(state, info)
             _record_state(state, info, "to_state")
             return state
 
         result.to_state = to_state  # type: ignore[method-assign]
 
-    def _adopt(self, state: RunState[Any, Any]) -> _StateInfo:
+    def _adopt(self, state: RunState[Any, Any], queued: bool = False) -> _StateInfo:
         """The id of ``state``; a state not seen before (one restored with
-        ``RunState.from_json``) gets one, with the id its JSON carried as parent."""
+        ``RunState.from_json``) gets one, with the id its JSON carried as parent
+        (``queued``: its ``loaded`` entry goes through the flusher)."""
         info = _state_info(state)
         if info is not None:
-            if info.writer is not self.writer:  # its to_json() now records here
-                info = replace(info, writer=self.writer)
+            if info.journal is not self._journal:  # its to_json() now records here
+                info = replace(info, journal=self._journal)
                 _register(state, info)
             return info
         run_id = state_run_id(state)
@@ -313,10 +619,10 @@ class Recorder:
         if parent is None and isinstance(context, Mapping):
             parent = context.get(RUN_STATE_KEY)
         info = _StateInfo(
-            self.writer, uuid.uuid4().hex, parent if isinstance(parent, str) else None, run_id,
+            self._journal, uuid.uuid4().hex, parent if isinstance(parent, str) else None, run_id,
         )
         _register(state, info)
-        _record_state(state, info, "loaded")
+        _record_state(state, info, "loaded", queued=queued)
         return info
 
     # -- decisions ---------------------------------------------------------------------
@@ -334,19 +640,24 @@ class Recorder:
 
         ``item`` is an interruption the approver was shown (from ``result.interruptions``
         or ``state.get_interruptions()``); its arguments are recorded as what was shown.
-        ``always=True`` approves the agent's tool for the rest of the run.
+        ``always=True`` approves the agent's tool for the rest of the run. Evidence still
+        queued is appended first; the decision is durable before it is applied.
 
         Raises:
             UsageError: if ``state`` has no pending interruption with ``item``'s call id,
                 or the call was not recorded in this run (or is ambiguous).
+            StorageError: if the decision (or evidence queued before it) could not be
+                appended; the decision is then not applied.
         """
         pending, run_id, scope = self._pending(state, item)
         made_on = self._adopt(state).state_id
-        with self.writer.atomic():  # nothing is recorded if the SDK refuses
-            self._decision(
-                run_id, scope, item, "approve", approver, reason, None, always, made_on,
-            )
+
+        def decide(writer: EvidenceWriter) -> None:  # nothing is recorded if the SDK refuses
+            _decision(writer, run_id, scope, item, "approve", approver, reason, None, always,
+                      made_on)
             state.approve(pending, always_approve=always)
+
+        self._journal.commit(decide, join=False)
 
     def reject(
         self,
@@ -366,14 +677,18 @@ class Recorder:
         ``tool_error_formatter`` is not consulted for these rejections).
 
         Raises:
-            UsageError: as :meth:`approve`.
+            UsageError, StorageError: as :meth:`approve`.
         """
         pending, run_id, scope = self._pending(state, item)
         made_on = self._adopt(state).state_id
         text = DEFAULT_APPROVAL_REJECTION_MESSAGE if message is None else message
-        with self.writer.atomic():
-            self._decision(run_id, scope, item, "reject", approver, reason, text, always, made_on)
+
+        def decide(writer: EvidenceWriter) -> None:
+            _decision(writer, run_id, scope, item, "reject", approver, reason, text, always,
+                      made_on)
             state.reject(pending, always_reject=always, rejection_message=text)
+
+        self._journal.commit(decide, join=False)
 
     def _pending(
         self, state: RunState[Any, Any], item: ToolApprovalItem
@@ -382,22 +697,24 @@ class Recorder:
         matches = [i for i in state.get_interruptions() if i.call_id == item.call_id]
         if not matches:
             raise UsageError(f"no pending interruption with call_id {item.call_id!r}")
-        scopes = self.writer.call_scopes(run_id, str(item.call_id))
+        call_id = str(item.call_id)
+        scopes = self._journal.read(lambda writer: writer.call_scopes(run_id, call_id))
         if len(scopes) != 1:
             found = "was not recorded" if not scopes else f"is in {len(scopes)} scopes"
             raise UsageError(f"call {item.call_id!r} of run {run_id} {found}")
         return matches[0], run_id, scopes[0]
 
-    def _decision(
-        self, run_id: str, scope: Scope, item: ToolApprovalItem, decision: str,
-        approver: str, reason: str | None, message: str | None, always: bool, made_on: str,
-    ) -> None:
-        self.writer.decision(
-            run_id=run_id, call_id=str(item.call_id), decision=decision, approver=approver,
-            scope=scope, always=always, reason=reason, message=message,
-            arguments=item.arguments, agent=item.agent.name, tool=item.tool_name,
-            run_state=made_on,
-        )
+
+def _decision(
+    writer: EvidenceWriter, run_id: str, scope: Scope, item: ToolApprovalItem, decision: str,
+    approver: str, reason: str | None, message: str | None, always: bool, made_on: str,
+) -> None:
+    writer.decision(
+        run_id=run_id, call_id=str(item.call_id), decision=decision, approver=approver,
+        scope=scope, always=always, reason=reason, message=message,
+        arguments=item.arguments, agent=item.agent.name, tool=item.tool_name,
+        run_state=made_on,
+    )
 
 
 def attach(agent: Agent[Any]) -> Agent[Any]:
@@ -455,11 +772,11 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             if inspect.isawaitable(decided):
                 decided = await decided
             frame = _frame()
-            frame.writer.tool_policy(
-                run_id=frame.run_id, agent=agent.name, tool=tool.name,
-                needs_approval=bool(decided), scope=frame.scope, policy="callable",
-                call_id=call_id,
-            )
+            frame.record(functools.partial(
+                EvidenceWriter.tool_policy, run_id=frame.run_id, agent=agent.name,
+                tool=tool.name, needs_approval=bool(decided), scope=frame.scope,
+                policy="callable", call_id=call_id, time_ns=frame.journal.writer.clock(),
+            ))
             return decided
 
         tool.needs_approval = recorded_policy
@@ -478,11 +795,12 @@ def _recorded_guardrail(
         output = await guardrail.run(data)
         if output.behavior["type"] != "allow":
             frame, message = _frame(), output.behavior.get("message")
-            frame.writer.guardrail(
-                run_id=frame.run_id, call_id=data.context.tool_call_id, guardrail=name,
+            frame.record(functools.partial(
+                EvidenceWriter.guardrail, run_id=frame.run_id,
+                call_id=data.context.tool_call_id, guardrail=name,
                 message=message if isinstance(message, str) else None, scope=frame.scope,
-                agent=data.agent.name, tool=tool.name,
-            )
+                agent=data.agent.name, tool=tool.name, time_ns=frame.journal.writer.clock(),
+            ))
         return output
 
     return ToolInputGuardrail(guardrail_function=recorded, name=name)
@@ -490,30 +808,39 @@ def _recorded_guardrail(
 
 def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
     frame = _frame()
+    calls = [item for item in response.output if _field(item, "type") == "function_call"]
+    if not calls:
+        return
     tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool)}
-    with frame.writer.atomic():
-        for item in response.output:
-            if _field(item, "type") != "function_call":
-                continue
-            name = _field(item, "name")
-            policy = getattr(tools.get(name), "needs_approval", None)
-            frame.writer.call(
-                run_id=frame.run_id, call_id=_field(item, "call_id"), agent=agent.name,
-                tool=name, arguments=_field(item, "arguments"), scope=frame.scope,
-                needs_approval=policy if isinstance(policy, bool) else None,
-                response_id=response.response_id,
-            )
+    clock = frame.journal.writer.clock
+    found = []
+    for item in calls:
+        name = _field(item, "name")
+        policy = getattr(tools.get(name), "needs_approval", None)
+        found.append(functools.partial(
+            EvidenceWriter.call, run_id=frame.run_id, call_id=_field(item, "call_id"),
+            agent=agent.name, tool=name, arguments=_field(item, "arguments"), scope=frame.scope,
+            needs_approval=policy if isinstance(policy, bool) else None,
+            response_id=response.response_id, time_ns=clock(),
+        ))
+
+    def write(writer: EvidenceWriter) -> None:  # the calls of one response: one group
+        for call in found:
+            call(writer)
+
+    frame.record(write)
 
 
 def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
     if not (isinstance(context, ToolContext) and isinstance(tool, FunctionTool)):
         return  # hosted, shell and computer tools carry no call id here
     frame = _frame()
-    frame.writer.execution(
-        run_id=frame.run_id, call_id=context.tool_call_id, arguments=context.tool_arguments,
-        scope=frame.scope, agent=agent.name, tool=tool.name,
+    frame.record(functools.partial(
+        EvidenceWriter.execution, run_id=frame.run_id, call_id=context.tool_call_id,
+        arguments=context.tool_arguments, scope=frame.scope, agent=agent.name, tool=tool.name,
         result=persisted_output(context, tool, result), run_state=frame.run_state,
-    )
+        time_ns=frame.journal.writer.clock(),
+    ))
 
 
 def state_run_id(state: RunState[Any, Any]) -> str:
@@ -535,7 +862,7 @@ def state_run_id(state: RunState[Any, Any]) -> str:
 
 @dataclass(frozen=True)
 class _StateInfo:
-    writer: EvidenceWriter
+    journal: _Journal  # where its to_json() events go
     state_id: str
     parent: str | None
     run_id: str
@@ -615,25 +942,36 @@ def _serialised(state: Any) -> Any:
         return None
 
 
-def _record_state(state: Any, info: _StateInfo, event: str, data: Any = None) -> None:
-    """Write a ``run_state`` entry for ``state`` (``data``: its serialised form, if known)."""
-    writer = info.writer
+def _record_state(
+    state: Any, info: _StateInfo, event: str, data: Any = None, queued: bool = False
+) -> None:
+    """Record a ``run_state`` entry for ``state`` (``data``: its serialised form, if known),
+    durably before returning, or ``queued`` with the evidence of the leg it starts.
+
+    What the state holds is taken now; the scopes of its interruptions are looked up when
+    the entry is appended, in order, so calls still queued are found."""
     pending = []
     for item in state.get_interruptions():
-        call_id = str(item.call_id)
-        scopes = writer.call_scopes(info.run_id, call_id)
         arguments = getattr(item, "arguments", None)
         agent = getattr(item, "agent", None)
         pending.append(Interruption(
-            call_id=call_id, tool=item.tool_name, agent=getattr(agent, "name", None),
-            scope=scopes[0] if len(scopes) == 1 else None,
+            call_id=str(item.call_id), tool=item.tool_name, agent=getattr(agent, "name", None),
             arguments=arguments if isinstance(arguments, str) else None,
         ))
     data = _serialised(state) if data is None else data
-    writer.run_state(
-        run_id=info.run_id, state_id=info.state_id, parent=info.parent, event=event,
-        state=data, interruptions=pending,
-    )
+    time_ns = info.journal.writer.clock()
+
+    def write(writer: EvidenceWriter) -> None:
+        found = []
+        for item in pending:
+            scopes = writer.call_scopes(info.run_id, item.call_id)
+            found.append(item._replace(scope=scopes[0] if len(scopes) == 1 else None))
+        writer.run_state(
+            run_id=info.run_id, state_id=info.state_id, parent=info.parent, event=event,
+            state=data, interruptions=found, time_ns=time_ns,
+        )
+
+    info.journal.record(write, queued)
 
 
 class _RecordingHooks(AgentHooks[Any]):
@@ -678,6 +1016,10 @@ class RecordedSession:
     item removed, ``clear_session`` records ``op="clear"``. Reads are not recorded.
     Items are mappings (``function_call``: call_id, name, arguments;
     ``function_call_output``: call_id, output; messages: role, content).
+
+    Inside a leg of a recorder on the same writer, the entries are that leg's evidence
+    (queued under ``"group"`` durability, see the module docstring); outside one they
+    are durable before the method returns.
     """
 
     def __init__(self, writer: EvidenceWriter, inner: Session) -> None:
@@ -695,13 +1037,27 @@ class RecordedSession:
         return getattr(self.inner, "session_settings", None)
 
     def _record(self, op: str, items: list[Any]) -> None:
-        frame = _FRAME.get() or _Frame(self.writer, "")
-        with self.writer.atomic():
-            for item in items:
-                self.writer.session_item(
-                    run_id=frame.run_id, session_id=self.session_id,
-                    item=None if item is None else dict(item), scope=frame.scope, op=op,
+        frame = _FRAME.get()
+        leg = frame is not None and frame.journal.writer is self.writer
+        queued = leg and frame is not None and frame.queued
+        run_id, scope = (frame.run_id, frame.scope) if frame is not None else ("", ())
+        session_id, clock = self.session_id, self.writer.clock
+        found = [
+            (None if item is None else _snapshot(dict(item)) if queued else dict(item), clock())
+            for item in items
+        ]
+
+        def write(writer: EvidenceWriter) -> None:  # one batch: one group
+            for item, time_ns in found:
+                writer.session_item(
+                    run_id=run_id, session_id=session_id, item=item, scope=scope, op=op,
+                    time_ns=time_ns,
                 )
+
+        if leg and frame is not None:
+            frame.record(write)
+        else:
+            _Journal.of(self.writer).commit(write)
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The wrapped session's items, oldest first (the latest ``limit`` if given)."""
