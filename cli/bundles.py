@@ -28,19 +28,13 @@ from ledger.note import Verifier
 from ledger.rules import CallState
 
 from . import output
+from .options import JsonOpt, LedgerOpt
 
 __all__ = ["register", "render_markdown", "render_text"]
 
 MARKDOWN_ROWS = 50
 """Most calls the markdown table lists (the rest are counted)."""
 
-LedgerOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--ledger", metavar="DIR", envvar="EVIDENCE_LEDGER", show_envvar=True,
-        help="Ledger directory (default: ./.evidence).", show_default=False,
-    ),
-]
 
 
 class ProveFormat(StrEnum):
@@ -229,7 +223,7 @@ def prove_command(
     out: Annotated[
         Path, typer.Option("--out", metavar="FILE", help="Bundle file to write (JSON).")
     ],
-    ledger: LedgerOption = None,
+    ledger: LedgerOpt = None,
     call_id: Annotated[
         str | None, typer.Option("--call-id", metavar="ID", help="Prove this call's chain.")
     ] = None,
@@ -284,7 +278,7 @@ def verify_proof_command(
         typer.Option("--verifier-key", metavar="VKEY",
                      help="The ledger's verifier key name+keyid+key; repeatable."),
     ],
-    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_: JsonOpt = False,
 ) -> None:
     """Verify a proof bundle offline, without the ledger: signatures, inclusion proofs,
     hash links, payloads, and the verdict re-derived from the bundled entries.
