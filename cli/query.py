@@ -28,7 +28,7 @@ from ledger.index import run_query, update_index
 from ledger.log import Ledger
 
 from . import output
-from .options import LedgerOpt
+from .options import JsonOpt, LedgerOpt
 
 __all__ = ["register"]
 
@@ -197,7 +197,7 @@ def export(
 def verify_export_(
     directory: Annotated[Path, typer.Argument(help="Export directory (holds manifest.json).")],
     ledger: LedgerOpt = None,
-    json_: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+    json_: JsonOpt = False,
 ) -> None:
     """Check an export against the ledger: root hash at its tree size, every file's
     SHA-256, and every file's rows re-derived from the entries. Exit 0 match, 1 mismatch."""

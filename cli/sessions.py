@@ -39,7 +39,7 @@ from ledger.sessions import (
 from ledger.writer import EvidenceWriter
 
 from . import output
-from .options import LedgerOpt
+from .options import JsonOpt, LedgerOpt
 
 __all__ = ["register"]
 
@@ -115,7 +115,7 @@ def scan_session(
     source: SourceArg,
     session_id: SessionOpt = None,
     messages_table: TableOpt = MESSAGES_TABLE,
-    json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+    json: JsonOpt = False,
 ) -> None:
     """Scan a session store, read-only, for tool items out of order.
 
