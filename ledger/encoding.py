@@ -128,7 +128,7 @@ def _has_float(value: Any) -> bool:
     return False
 
 
-def decode(data: bytes, *, typed: bool = False) -> Any:
+def decode(data: bytes, *, schema_checked: bool = False) -> Any:
     """Decode canonical MessagePack ``data`` and prove it is canonical.
 
     Map keys are checked for canonical order while parsing; the value is then re-encoded
@@ -141,8 +141,9 @@ def decode(data: bytes, *, typed: bool = False) -> Any:
             further held to their typed fields by :func:`ledger.entries.check_body`.)
 
     Args:
-        typed: the caller checks every value's type itself (as entry decoding does), so
-            the walk that looks for floats is skipped.
+        schema_checked: the caller checks every value's type and every map's key order
+            itself against a known layout (as :func:`ledger.entries.decode_entry` does),
+            so the per-map order check and the walk that looks for floats are skipped.
     """
     try:
         value = msgpack.unpackb(
@@ -150,14 +151,14 @@ def decode(data: bytes, *, typed: bool = False) -> Any:
             raw=False,
             strict_map_key=False,
             use_list=True,
-            object_pairs_hook=_sorted_pairs,
+            object_pairs_hook=None if schema_checked else _sorted_pairs,
             ext_hook=_refuse_ext,
         )
     except EncodingError:
         raise
     except Exception as exc:  # msgpack raises several unrelated types on bad input
         raise EncodingError(f"not a MessagePack value: {exc}") from exc
-    if not typed and (b"\xca" in data or b"\xcb" in data) and _has_float(value):
+    if not schema_checked and (b"\xca" in data or b"\xcb" in data) and _has_float(value):
         raise EncodingError("floats are not allowed in entries")
     try:
         again = msgpack.packb(value, use_bin_type=True)

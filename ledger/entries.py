@@ -138,6 +138,7 @@ PAYLOAD_FIELDS = (
 """Body fields that name a payload in the payload store by its SHA-256."""
 
 _FIELDS = frozenset({"v", "seq", "prev", "kind", "time", "refs", "body"})
+_TOP_ORDER = encoding.canonical_order(_FIELDS)
 
 
 class Entry(NamedTuple):
@@ -174,7 +175,7 @@ class Entry(NamedTuple):
         _expect(type(self.time) is int and 0 <= self.time < 2**64, "bad time")
         _expect(all(_hash(r) for r in self.refs), "a ref is not 32 bytes")
         check_body(self.kind, self.body)
-        body = {name: self.body[name] for name in _BODY_ORDER[self.kind]}
+        body = {name: _ordered_maps(self.body[name]) for name in _BODY_ORDER[self.kind]}
         return encoding.pack_ordered({  # keys in canonical order: shorter first, then bytes
             "v": FORMAT_VERSION, "seq": self.seq, "body": body, "kind": self.kind,
             "prev": self.prev, "refs": list(self.refs), "time": self.time,
@@ -219,6 +220,23 @@ _BODY_ORDER = {kind: encoding.canonical_order(fields) for kind, fields in BODY_F
 _BODY_CHECKS = {kind: tuple(fields.items()) for kind, fields in BODY_FIELDS.items()}
 
 
+def _ordered_maps(value: Any) -> Any:
+    """A body value with the maps inside a list put in canonical key order."""
+    if type(value) is list and any(type(item) is dict for item in value):
+        return [
+            {k: item[k] for k in encoding.canonical_order(item)} if type(item) is dict else item
+            for item in value
+        ]
+    return value
+
+
+def _maps_in_order(value: Any) -> bool:
+    """True unless ``value`` is a list holding a map whose keys are out of canonical order."""
+    return type(value) is not list or all(
+        type(item) is not dict or tuple(item) == encoding.canonical_order(item) for item in value
+    )
+
+
 def check_body(kind: str, body: dict[str, Any]) -> None:
     """Check that ``body`` has exactly the fields of ``kind``, each of the right type.
 
@@ -242,9 +260,11 @@ def decode_entry(data: bytes) -> Entry:
         EncodingError: if the bytes are not canonical MessagePack, or the map lacks a
             field, has an unknown one, or a field has the wrong type or length.
     """
-    value = encoding.decode(data, typed=True)
-    if type(value) is not dict or value.keys() != _FIELDS:
-        raise EncodingError("entry is not a map of exactly v, seq, prev, kind, time, refs, body")
+    value = encoding.decode(data, schema_checked=True)
+    if type(value) is not dict or tuple(value) != _TOP_ORDER:
+        raise EncodingError(
+            "entry is not a map of exactly v, seq, body, kind, prev, refs, time in that order"
+        )
     seq, prev, kind, time, refs, body = (
         value["seq"], value["prev"], value["kind"], value["time"], value["refs"], value["body"]
     )
@@ -255,4 +275,6 @@ def decode_entry(data: bytes) -> Entry:
     _expect(type(refs) is list and all(_hash(r) for r in refs), "a ref is not 32 bytes")
     _expect(type(body) is dict and type(kind) is str, "bad kind or body")
     check_body(kind, body)
+    _expect(tuple(body) == _BODY_ORDER[kind], f"{kind} body fields are not in canonical order")
+    _expect(all(_maps_in_order(v) for v in body.values()), "a nested map is out of order")
     return Entry(seq, prev, kind, time, body, tuple(refs))

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -93,3 +94,14 @@ def test_to_bytes_refuses_bad_fields(changes):
     fields = {"seq": 0, "prev": ZERO_HASH, "kind": "run_end", "time": 5, "body": dict(BODY)}
     with pytest.raises(EncodingError):
         Entry(**{**fields, **changes}).to_bytes()
+
+
+def test_maps_out_of_canonical_order_are_refused():
+    entry = Entry(seq=0, prev=ZERO_HASH, kind="run_end", time=5, body=dict(BODY))
+    value = encoding.decode(entry.to_bytes())
+    body_reversed = dict(reversed(list(value["body"].items())))
+    top_reversed = dict(reversed(list(value.items())))
+    for bad in ({**value, "body": body_reversed}, top_reversed):
+        data = msgpack.packb(bad, use_bin_type=True)  # packed as given: not canonical
+        with pytest.raises(EncodingError, match="order"):
+            decode_entry(data)
