@@ -218,6 +218,11 @@ def _expect(cond: bool, message: str) -> None:
 _BODY_KEYS = {kind: frozenset(fields) for kind, fields in BODY_FIELDS.items()}
 _BODY_ORDER = {kind: encoding.canonical_order(fields) for kind, fields in BODY_FIELDS.items()}
 _BODY_CHECKS = {kind: tuple(fields.items()) for kind, fields in BODY_FIELDS.items()}
+_MAP_FIELDS = {
+    kind: tuple(name for name, check in fields.items() if check is _interruptions)
+    for kind, fields in BODY_FIELDS.items()
+}
+"""Per kind, the body fields that hold maps (lists of them) and so need an order check."""
 
 
 def _ordered_maps(value: Any) -> Any:
@@ -253,6 +258,20 @@ def check_body(kind: str, body: dict[str, Any]) -> None:
             raise EncodingError(f"{kind} body field {name!r} has a bad value")
 
 
+def _header_problem(
+    version: Any, seq: Any, prev: Any, time: Any, refs: Any, body: Any, kind: Any
+) -> str:
+    """The first thing wrong with an entry's top-level fields, as one line."""
+    checks = [
+        (type(version) is int and version == FORMAT_VERSION, f"unknown format version {version!r}"),
+        (type(seq) is int and seq >= 0, "bad seq"),
+        (type(prev) is bytes and len(prev) == 32, "prev is not 32 bytes"),
+        (type(time) is int and time >= 0, "bad time"),
+        (type(refs) is list and all(_hash(r) for r in refs), "a ref is not 32 bytes"),
+    ]
+    return next((message for ok, message in checks if not ok), "bad kind or body")
+
+
 def decode_entry(data: bytes) -> Entry:
     """Parse and check canonical entry bytes.
 
@@ -265,16 +284,18 @@ def decode_entry(data: bytes) -> Entry:
         raise EncodingError(
             "entry is not a map of exactly v, seq, body, kind, prev, refs, time in that order"
         )
-    seq, prev, kind, time, refs, body = (
-        value["seq"], value["prev"], value["kind"], value["time"], value["refs"], value["body"]
-    )
-    _expect(value["v"] == FORMAT_VERSION and type(value["v"]) is int, "unknown format version")
-    _expect(type(seq) is int and seq >= 0, "bad seq")
-    _expect(type(prev) is bytes and len(prev) == 32, "prev is not 32 bytes")
-    _expect(type(time) is int and time >= 0, "bad time")
-    _expect(type(refs) is list and all(_hash(r) for r in refs), "a ref is not 32 bytes")
-    _expect(type(body) is dict and type(kind) is str, "bad kind or body")
+    version, seq, body, kind, prev, refs, time = value.values()
+    if not (
+        type(version) is int and version == FORMAT_VERSION
+        and type(seq) is int and seq >= 0
+        and type(prev) is bytes and len(prev) == 32
+        and type(time) is int and time >= 0
+        and type(refs) is list and all(type(r) is bytes and len(r) == 32 for r in refs)
+        and type(body) is dict and type(kind) is str
+    ):
+        raise EncodingError(_header_problem(version, seq, prev, time, refs, body, kind))
     check_body(kind, body)
     _expect(tuple(body) == _BODY_ORDER[kind], f"{kind} body fields are not in canonical order")
-    _expect(all(_maps_in_order(v) for v in body.values()), "a nested map is out of order")
+    for name in _MAP_FIELDS[kind]:
+        _expect(_maps_in_order(body[name]), f"a map in {kind} body field {name!r} is out of order")
     return Entry(seq, prev, kind, time, body, tuple(refs))
