@@ -29,6 +29,7 @@ from .fsutil import fsync_path
 PAYLOAD_DIR = "payloads"
 
 
+
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _HAS_SYNCFS = hasattr(_libc, "syncfs")
 
@@ -91,14 +92,19 @@ class PayloadStore:
         if os.path.exists(target):
             return digest
         tmp = f"{target}.{os.getpid()}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         try:
             try:
-                fh = open(tmp, "wb")  # noqa: SIM115 (closed below)
+                fd = os.open(tmp, flags, 0o644)
             except FileNotFoundError:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
-                fh = open(tmp, "wb")  # noqa: SIM115
-            with fh:
-                fh.write(data)
+                fd = os.open(tmp, flags, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
             os.replace(tmp, target)
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -135,6 +141,22 @@ class PayloadStore:
                 os.fsync(log_fd)
         except OSError as exc:
             raise StorageError(f"cannot sync: {exc}") from exc
+
+    def erase(self, digest: bytes) -> bool:
+        """Remove the payload with this 32-byte digest, durably; False if it was absent.
+
+        Raises:
+            StorageError: if the file exists but cannot be removed.
+        """
+        path = self._path(digest)
+        try:
+            os.remove(path)
+            fsync_path(os.path.dirname(path))
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StorageError(f"cannot remove payload {path}: {exc}") from exc
+        return True
 
     def get(self, digest: bytes) -> bytes | None:
         """The payload bytes for ``digest``, or None when absent (never stored or erased)."""

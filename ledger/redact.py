@@ -8,8 +8,6 @@ redaction again finishes it.
 
 from __future__ import annotations
 
-import os
-
 from .entries import PAYLOAD_FIELDS
 from .errors import StorageError, UsageError
 from .log import Ledger
@@ -39,16 +37,7 @@ def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = 
     if not payload_is_named(ledger, digest):
         raise UsageError(f"no entry names payload sha256:{digest.hex()}")
     writer.redaction(digest=digest, reason=reason, by=by)
-    path = ledger.payloads.path_for(digest)
     try:
-        os.remove(path)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise StorageError(f"redaction recorded, but {path} could not be removed: {exc}") from exc
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return True
+        return ledger.payloads.erase(digest)
+    except StorageError as exc:
+        raise StorageError(f"redaction recorded, but {exc}") from exc

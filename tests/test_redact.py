@@ -47,3 +47,16 @@ def test_redaction_again_finishes_an_interrupted_one(tmp_path):
     assert run_cli(*args).code == 0
     again = run_cli(*args)
     assert again.code == 0 and "already gone" in again.out
+
+
+def test_a_payload_recorded_again_after_its_redaction_is_stored_again(tmp_path):
+    from ledger.writer import EvidenceWriter
+
+    writer = EvidenceWriter(tmp_path)
+    writer.call(run_id="r", call_id="c1", agent="a", tool="t", arguments='{"secret": 1}')
+    digest = next(e.body["args_payload"] for e, _ in Ledger(tmp_path).entries())
+    # erased by another process while this writer stays open
+    assert run_cli("redact", "--ledger", str(tmp_path), "--digest", "sha256:" + digest.hex(),
+                   "--reason", "r").code == 0
+    writer.call(run_id="r", call_id="c2", agent="a", tool="t", arguments='{"secret": 1}')
+    assert writer.ledger.payloads.get(digest) == b'{"secret": 1}'
