@@ -19,7 +19,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import bench_append, bench_index, bench_proofs, bench_recording, bench_verify
+from benchmarks import (
+    bench_append,
+    bench_bundle,
+    bench_index,
+    bench_proofs,
+    bench_recording,
+    bench_scan,
+    bench_verify,
+)
 from benchmarks.common import REPO, Row, print_table, write_results
 from benchmarks.workload import build_ledger
 
@@ -61,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             "proofs": lambda: bench_proofs.rows({n: p for n, p in ledgers.items() if n >= 100_000}),
             "recording": bench_recording.rows,
             "index": lambda: bench_index.rows({n: p for n, p in ledgers.items() if n >= 100_000}),
+            "bundle": lambda: bench_bundle.rows(ledgers),
+            "scan": bench_scan.rows,
         }
         for name, suite in suites.items():
             if args.only and name not in args.only:

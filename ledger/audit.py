@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import checkpoint_audit
+from .checkpoint_store import CheckpointStore
 from .log import Ledger
 from .sessions import pending_repair_notices
 from .verify import Report, verify_records
@@ -48,5 +49,16 @@ def verify_ledger(
     )
     report.violations.extend(f.to_finding() for f in findings)
     report.notices.extend(pending_repair_notices(ledger))
+    stored = len(CheckpointStore(ledger).files()[0])
+    if not stored and not trusted_checkpoints:
+        report.notices.append(
+            "no signed checkpoint: a log cut back or rewritten at its tail cannot be told "
+            "apart from a shorter one (sign one with `evidence-ledger checkpoint`)"
+        )
+    elif stored and not verifier_keys:
+        report.notices.append(
+            f"{stored} stored checkpoint(s) checked against the log but not for signatures "
+            "(pass --verifier-key)"
+        )
     report.rules = report.rules + checkpoint_audit.RULES
     return report

@@ -22,10 +22,11 @@ from pathlib import Path
 
 from .checkpoint import Checkpoint, parse_checkpoint
 from .errors import EvidenceError, StorageError, UsageError
+from .findings import INTEGRITY
 from .fsutil import file_lock, fsync_path
 from .log import Ledger
 from .note import Signer, parse_note, sign_note
-from .tree_store import TreeStore
+from .verify import verify_records
 
 __all__ = ["CHECKPOINT_DIR", "CheckpointStore", "StoredCheckpoint", "create_checkpoint"]
 
@@ -164,8 +165,8 @@ def create_checkpoint(
     origin = signers[0].name
     store = CheckpointStore(ledger)
     with store.lock():
-        tree = TreeStore(store.ledger).update()
         latest = store.latest()
+        previous = None
         if latest is not None:
             try:
                 previous = parse_checkpoint(parse_note(latest.data).text)
@@ -178,11 +179,24 @@ def create_checkpoint(
                     f"the ledger's checkpoints have origin {previous.origin!r}; the first "
                     f"key is named {origin!r}"
                 )
-            if previous.size > tree.size or tree.root(previous.size) != previous.root:
-                raise EvidenceError(
-                    f"refusing to sign: the ledger ({tree.size} entries) does not extend "
-                    f"checkpoint {latest.number} (tree size {previous.size}); "
-                    "it was rolled back or rewritten (run verify)"
-                )
-        body = Checkpoint(origin, tree.size, tree.root()).to_text()
+        # The head is computed from log.bin itself (never from the derived tree/ cache),
+        # and only an intact log is signed.
+        report = verify_records(
+            store.ledger.scan(), roots_at=() if previous is None else (previous.size,)
+        )
+        broken = [v for v in report.violations if v.rule == INTEGRITY]
+        if broken:
+            raise EvidenceError(
+                f"refusing to sign: the log is damaged at seq {broken[0].seq} "
+                f"({broken[0].detail}); run verify"
+            )
+        if previous is not None and (
+            previous.size > report.tree_size or report.root(previous.size) != previous.root
+        ):
+            raise EvidenceError(
+                f"refusing to sign: the ledger ({report.tree_size} entries) does not extend "
+                f"checkpoint {latest.number if latest else 0} (tree size {previous.size}); "
+                "it was rolled back or rewritten (run verify)"
+            )
+        body = Checkpoint(origin, report.tree_size, report.root_hash).to_text()
         return store.append(sign_note(body, signers))

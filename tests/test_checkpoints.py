@@ -231,13 +231,27 @@ def test_empty_ledger_checkpoint(tmp_path, signer):
 def test_refuses_to_sign_a_ledger_that_no_longer_extends_its_last_checkpoint(tmp_path, signer):
     book = _append(tmp_path / "l", 20)
     create_checkpoint(book, [signer])
-    shutil.rmtree(book / "tree")
+    shutil.rmtree(book / "tree", ignore_errors=True)  # no derived cache helps either way
     _truncate_to(book, 12)
     with pytest.raises(EvidenceError, match=r"refusing to sign.*checkpoint 1 \(tree size 20\)"):
         create_checkpoint(book, [signer])
     assert [s.number for s in CheckpointStore(book).all()] == [1]
     with pytest.raises(UsageError, match="at least one"):
         create_checkpoint(book, [])
+
+
+def test_refuses_to_sign_a_damaged_log_even_when_the_tree_cache_is_intact(tmp_path, signer):
+    from ledger.proofs import prove_inclusion
+
+    book = _append(tmp_path / "l", 20)
+    prove_inclusion(Ledger(book), 3)  # the derived tree/ cache now covers all 20 entries
+    log = book / "log.bin"
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    log.write_bytes(bytes(data))
+    with pytest.raises(EvidenceError, match="refusing to sign: the log is damaged at seq"):
+        create_checkpoint(book, [signer])
+    assert CheckpointStore(book).all() == []
 
 
 # -- the audit -----------------------------------------------------------------------

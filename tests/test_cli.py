@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ledger.log import Ledger
-from tests.helpers import DATA, run_cli
+from tests.helpers import DATA, ingest, run_cli
 
 VALID = DATA / "rules" / "valid.jsonl"
 
@@ -103,3 +103,19 @@ def test_log_filters_and_trace(tmp_path):
     text = run_cli("trace", "c2", "--ledger", str(tmp_path)).out
     assert "reject by bob@example.com" in text
     assert run_cli("trace", "nope", "--ledger", str(tmp_path)).code == 2
+
+
+def test_verify_says_when_checkpoints_are_missing_or_unchecked(tmp_path):
+    from ledger.checkpoint_store import create_checkpoint
+    from ledger.note import Signer
+
+    ingest(tmp_path)
+    notices = json.loads(run_cli("verify", "--ledger", str(tmp_path), "--json").out)["notices"]
+    assert any(n.startswith("no signed checkpoint") for n in notices)
+    signer = Signer.generate("example.com/log")
+    create_checkpoint(tmp_path, [signer])
+    notices = json.loads(run_cli("verify", "--ledger", str(tmp_path), "--json").out)["notices"]
+    assert any("not for signatures (pass --verifier-key)" in n for n in notices)
+    notices = json.loads(run_cli("verify", "--ledger", str(tmp_path), "--verifier-key",
+                                 signer.verifier.vkey, "--json").out)["notices"]
+    assert not any("checkpoint" in n for n in notices)

@@ -34,6 +34,8 @@ def verified(tmp_path: Path, lines: list[str]) -> dict:
     report = json.loads(result.out)
     jsonschema.validate(report, schemas.load("verify-report"))
     assert result.code == (0 if report["ok"] else 1)
+    # these ledgers carry no signed checkpoint on purpose; that notice is tested elsewhere
+    report["notices"] = [n for n in report["notices"] if not n.startswith("no signed checkpoint")]
     return report
 
 
