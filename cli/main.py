@@ -21,7 +21,7 @@ from ledger.audit import verify_ledger
 from ledger.chains import call_chains
 from ledger.checkpoint_store import create_checkpoint
 from ledger.digests import from_text
-from ledger.entries import entry_json
+from ledger.entries import KINDS, entry_json
 from ledger.errors import LedgerError, UsageError
 from ledger.files import read_input
 from ledger.ingest import ingest_file
@@ -106,7 +106,8 @@ def ingest(
     else:
         output.stdout.print(
             f"ingested {result.events} events from {events} as seq "
-            f"{result.first_seq}..{result.last_seq}"
+            f"{result.first_seq}..{result.last_seq - 1}; seq {result.last_seq} records the file "
+            f"(sha256:{result.file_sha256.hex()})", highlight=False,
         )
 
 
@@ -121,6 +122,8 @@ def log_(
     """List entries, newest last."""
     book = Ledger(ledger)
     book.require_exists()
+    if kind is not None and kind not in KINDS:
+        raise UsageError(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
     rows = [
         entry_json(entry, hash_)
         for entry, hash_ in book.entries()
@@ -199,7 +202,8 @@ def trace(
         and (run_id is None or entry.body.get("run_id") == run_id)
     ]
     if not timeline:
-        raise UsageError(f"no entry names call_id {call_id!r}")
+        where = f" in run {run_id!r}" if run_id is not None else ""
+        raise UsageError(f"no entry names call_id {call_id!r}{where}")
     violations = [
         v for v in report.violations
         if v.call_id == call_id and (run_id is None or v.run_id == run_id)

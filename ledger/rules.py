@@ -61,8 +61,8 @@ CallKey = tuple[str, tuple[str, ...], str]
 ANY_MESSAGE = b"*"  # a rejection or block whose message was not recorded matches any output
 
 
-def _short(digest: bytes | None) -> str:
-    return "none" if digest is None else "sha256:" + digest.hex()[:16] + "…"
+def _digest_text(digest: bytes | None) -> str:
+    return "none" if digest is None else "sha256:" + digest.hex()
 
 
 def _scope_text(scope: tuple[str, ...]) -> str:
@@ -304,8 +304,8 @@ class RuleEngine:
         if b["args_digest"] != call.args_digest:
             self._report(
                 ARGUMENT_INTEGRITY, entry,
-                f"executed arguments {_short(b['args_digest'])} differ from the call's "
-                f"{_short(call.args_digest)}", key,
+                f"executed arguments {_digest_text(b['args_digest'])} differ from the call's "
+                f"{_digest_text(call.args_digest)}", key,
             )
         decision = self._in_force(call, leg)
         if decision is not None and decision.decision == "reject":
@@ -326,7 +326,7 @@ class RuleEngine:
                 self._report(
                     APPROVAL_BINDING, entry,
                     f"approval at seq {decision.seq} was shown arguments "
-                    f"{_short(decision.args_digest)}, the call has {_short(call.args_digest)}",
+                    f"{_digest_text(decision.args_digest)}, the call has {_digest_text(call.args_digest)}",
                     key,
                 )
         call.executions.append(entry.seq)
@@ -425,7 +425,7 @@ class RuleEngine:
                 return
         self._report(
             OUTPUT_PROVENANCE, entry,
-            f"output {_short(output)} matches no execution result, rejection or guardrail block",
+            f"output {_digest_text(output)} matches no execution result, rejection or guardrail block",
             key,
         )
 

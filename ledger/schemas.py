@@ -1,15 +1,20 @@
-"""The JSON Schemas in ``schemas/`` at the top of the project, loaded by name."""
+"""The JSON Schemas in ``schemas/`` at the top of the project, loaded by name.
+
+They ship inside the wheel as the package ``evidence_ledger_schemas`` (see
+pyproject.toml), so an installed copy finds them as a checkout does.
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import json
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMA_DIR = Path(str(importlib.resources.files("evidence_ledger_schemas")))
 
 
 @functools.cache
