@@ -326,7 +326,8 @@ class RuleEngine:
                 self._report(
                     APPROVAL_BINDING, entry,
                     f"approval at seq {decision.seq} was shown arguments "
-                    f"{_digest_text(decision.args_digest)}, the call has {_digest_text(call.args_digest)}",
+                    f"{_digest_text(decision.args_digest)}, the call has "
+                    f"{_digest_text(call.args_digest)}",
                     key,
                 )
         call.executions.append(entry.seq)
@@ -425,7 +426,8 @@ class RuleEngine:
                 return
         self._report(
             OUTPUT_PROVENANCE, entry,
-            f"output {_digest_text(output)} matches no execution result, rejection or guardrail block",
+            f"output {_digest_text(output)} matches no execution result, rejection or "
+            "guardrail block",
             key,
         )
 
