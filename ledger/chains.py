@@ -62,7 +62,9 @@ def call_chains(calls: Iterable[CallState]) -> list[CallChain]:
     """Rows for ``calls``, in the order the calls were recorded."""
     rows = []
     for call in sorted(calls, key=lambda c: c.seq):
-        decision = call.decision or call.authorized_by
+        # an executed call shows the decision in force when it first ran (possibly none);
+        # one that never ran shows its latest decision
+        decision = call.authorized_by if call.executions else call.decision
         rows.append(
             CallChain(
                 run_id=call.key[0], scope=call.key[1], call_id=call.key[2], agent=call.agent,

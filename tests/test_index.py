@@ -422,7 +422,7 @@ class _Reduces:
     "payload",
     [
         "os-level",  # Path.touch(marker): a function outside the allowed modules
-        "pure-module-function",  # ledger.rules._short: a function, not a class
+        "pure-module-function",  # ledger.rules._digest_text: a function, not a class
         "dotted-method",  # ledger.rules RuleEngine.feed: a method by qualified name
         "garbage",
     ],
@@ -436,7 +436,7 @@ def test_index_state_unpickles_only_the_derivers_classes(tmp_path, payload):
     marker = tmp_path / "pwned"
     blob = {
         "os-level": lambda: pickle.dumps(_Reduces(Path.touch, marker)),
-        "pure-module-function": lambda: pickle.dumps(_Reduces(rules._short, b"x" * 32)),
+        "pure-module-function": lambda: pickle.dumps(_Reduces(rules._digest_text, b"x" * 32)),
         "dotted-method": lambda: pickle.dumps(_Reduces(rules.RuleEngine.feed, None, None)),
         "garbage": lambda: b"\x80\x05not a pickle",
     }[payload]()
@@ -545,3 +545,21 @@ def test_docs_describe_every_column_of_every_view():
         documented[name] = tuple(re.findall(r"^\| `(\w+)` \| ([A-Z\[\]]+) \|", body, re.M))
     for name, view in VIEWS.items():
         assert documented.get(name) == view.columns, name
+
+
+def test_gated_without_approval_agrees_with_the_verifier_after_a_double_ingest(tmp_path):
+    # the same file ingested twice: the second execution is exactly_once, not unapproved
+    import json
+
+    from tests.helpers import DATA, run_cli
+
+    events = DATA / "cases" / "ingested_twice.jsonl"
+    assert run_cli("ingest", str(events), "--ledger", str(tmp_path)).code == 0
+    assert run_cli("ingest", str(events), "--ledger", str(tmp_path), "--again").code == 0
+    verdict = json.loads(run_cli("verify", "--ledger", str(tmp_path), "--json").out)
+    assert {v["rule"] for v in verdict["violations"]} == {"exactly_once"}
+    rows = run_cli("query", "--ledger", str(tmp_path), "--format", "json",
+                   "SELECT call_id FROM call_chains WHERE needs_approval"
+                   " AND executed_at IS NOT NULL"
+                   " AND (decision IS NULL OR decided_at > executed_at)")
+    assert rows.code == 0 and json.loads(rows.out) == []
