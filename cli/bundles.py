@@ -17,12 +17,12 @@ from typing import Annotated, Any
 
 import typer
 
-from ledger.bundle import build_bundle, write_bundle
+from ledger.bundle import build_bundle, refuse_existing, write_bundle
 from ledger.bundle_verify import PROOF_WHOLE_LOG, Selection, VerifiedBundle, verify_bundle
 from ledger.errors import UsageError
 from ledger.files import read_input
 from ledger.findings import Finding
-from ledger.keys import load_signer
+from ledger.keys import load_signer, refuse_key_inside
 from ledger.log import Ledger
 from ledger.note import Verifier
 from ledger.rules import CallState
@@ -259,8 +259,11 @@ def prove_command(
         selection = Selection("run", run_id)
     else:
         raise UsageError("say what to prove: --call-id ID [--run-id R], --run-id ID, or --all")
+    book = Ledger(ledger)
+    refuse_existing(out)
+    refuse_key_inside(book.directory, key)
     signer = load_signer(key)
-    bundle = build_bundle(Ledger(ledger), signer, selection, include_payloads=include_payloads)
+    bundle = build_bundle(book, signer, selection, include_payloads=include_payloads)
     path = write_bundle(out, bundle.data, private=include_payloads)
     if format_ is ProveFormat.markdown:
         typer.echo(render_markdown(bundle.verified, path.name), nl=False)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from ledger.audit import verify_ledger
 from ledger.chains import call_chains
@@ -143,7 +144,7 @@ def log_(
         )
         output.stdout.print(
             f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} {summary}",
-            highlight=False,
+            highlight=False, markup=False,
         )
 
 
@@ -177,11 +178,13 @@ def _lineage_line(node: StateNode, call_id: str) -> str:
 
 def _print_lineage(forest: dict[str, list[StateNode]], call_id: str) -> None:
     for run, roots in forest.items():
-        output.stdout.print(f"run states of run {run}:", highlight=False)
+        output.stdout.print(f"run states of run {run}:", highlight=False, markup=False)
         for root in roots:
             for depth, node in root.walk():
                 branch = "  " * max(depth - 1, 0) + ("└─ " if depth else "")
-                output.stdout.print(f"  {branch}{_lineage_line(node, call_id)}", highlight=False)
+                output.stdout.print(
+                    f"  {branch}{_lineage_line(node, call_id)}", highlight=False, markup=False
+                )
 
 
 @app.command()
@@ -227,11 +230,13 @@ def trace(
         output.stdout.print(
             f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} "
             f"{body.get('run_id')}{'/' + scope if scope else ''}  {detail}",
-            highlight=False,
+            highlight=False, markup=False,
         )
     _print_lineage(forest, call_id)
     for v in violations:
-        output.stdout.print(f"[red]{v.rule}[/] at seq {v.seq}: {v.detail}", highlight=False)
+        output.stdout.print(
+            f"[red]{escape(v.rule)}[/] at seq {v.seq}: {escape(v.detail)}", highlight=False
+        )
 
 
 @app.command()
@@ -247,7 +252,9 @@ def redact(
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     erased = redact_payload(EvidenceWriter(Ledger(ledger)), payload, reason, by)
-    output.stdout.print(f"redacted {digest}" + ("" if erased else " (payload was already gone)"))
+    output.stdout.print(
+        f"redacted {digest}" + ("" if erased else " (payload was already gone)"), markup=False
+    )
 
 
 DEMO_ORIGIN = "demo.evidence-ledger.example/log"
@@ -281,16 +288,16 @@ def demo(
     key_path.with_suffix(".vkey").write_text(vkey + "\n")
     stored = create_checkpoint(Ledger(ledger), [load_signer(key_path)])
     report = verify_ledger(Ledger(ledger), [vkey])
-    output.stdout.print(f"recorded {script.name} into {ledger}")
+    output.stdout.print(f"recorded {script.name} into {ledger}", markup=False)
     output.print_chains(call_chains(report.calls.values()))
     output.stdout.print(
         f"signed checkpoint {stored.path} (tree size {report.tree_size}) with the "
-        f"throwaway key {key_path}\nverifier key: {vkey}", highlight=False,
+        f"throwaway key {key_path}\nverifier key: {vkey}", highlight=False, markup=False,
     )
     output.print_report(report)
     output.stdout.print(
         f"check it yourself: evidence-ledger verify --ledger {ledger} --verifier-key {vkey}",
-        highlight=False,
+        highlight=False, markup=False,
     )
     raise typer.Exit(0 if report.ok else 1)
 

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ledger.chains import CallChain
@@ -40,7 +41,7 @@ def print_report(report: Report) -> None:
     """Readable verdict: tree head, notices, then violations ordered by seq."""
     stdout.print(f"tree size {report.tree_size}   root hash {report.to_json()['root_hash']}")
     for notice in report.notices:
-        stdout.print(f"[yellow]notice[/]: {notice}", highlight=False)
+        stdout.print(f"[yellow]notice[/]: {escape(notice)}", highlight=False)
     if report.ok:
         stdout.print(f"[green]OK[/]: {len(report.rules)} rules, no violation")
         return
@@ -49,8 +50,10 @@ def print_report(report: Report) -> None:
         table.add_column(column, overflow="fold")
     for v in report.violations:
         table.add_row(
-            "—" if v.seq is None else str(v.seq), f"[red]{v.rule}[/]", v.run_id or "—",
-            "/".join(v.scope) or "—", v.call_id or "—", v.detail,
+            "—" if v.seq is None else str(v.seq), f"[red]{escape(v.rule)}[/]",
+            *(escape(text) for text in (
+                v.run_id or "—", "/".join(v.scope) or "—", v.call_id or "—", v.detail
+            )),
         )
     stdout.print(table)
     stdout.print("[red]FAIL[/]")
@@ -66,11 +69,11 @@ def print_chains(rows: list[CallChain]) -> None:
         if r.decision is None:
             decided = "—" if not r.needs_approval else "[yellow]none[/]"
         else:
-            decided = f"{r.decision}{' (always)' if r.sticky else ''} by {r.approver}"
+            decided = escape(f"{r.decision}{' (always)' if r.sticky else ''} by {r.approver}")
         status = r.status if not r.violations else f"[red]{', '.join(r.violations)}[/]"
         table.add_row(
-            r.run_id[:12], "/".join((*r.scope, r.call_id)), r.tool, short(r.args_digest),
-            decided, "yes" if r.executed_at is not None else "no",
-            str(r.persisted) if r.persisted else "no", status,
+            escape(r.run_id[:12]), escape("/".join((*r.scope, r.call_id))), escape(r.tool),
+            short(r.args_digest), decided, "yes" if r.executed_at is not None else "no",
+            str(r.persisted), status,
         )
     stdout.print(table)

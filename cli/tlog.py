@@ -19,7 +19,7 @@ import typer
 from ledger.checkpoint import verify_checkpoint
 from ledger.checkpoint_store import create_checkpoint
 from ledger.files import read_input
-from ledger.keys import keygen, load_signer
+from ledger.keys import keygen, load_signer, refuse_key_inside
 from ledger.log import Ledger
 from ledger.note import Verifier
 from ledger.proofs import prove_consistency, prove_inclusion
@@ -78,8 +78,12 @@ def checkpoint_command(
     ledger: LedgerOpt = None,
 ) -> None:
     """Sign the current tree head as a C2SP checkpoint, store it, and print it."""
+    book = Ledger(ledger)
+    book.require_exists()
+    for path in key:
+        refuse_key_inside(book.directory, path)
     signers = [load_signer(path) for path in key]
-    stored = create_checkpoint(Ledger(ledger), signers)
+    stored = create_checkpoint(book, signers)
     sys.stdout.write(stored.data.decode("utf-8"))  # the note is UTF-8 (ends with a newline)
     sys.stdout.flush()
 

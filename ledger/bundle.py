@@ -441,18 +441,17 @@ def write_bundle(path: str | os.PathLike[str], data: bytes, private: bool = Fals
     """Write ``data`` to ``path`` atomically (temporary file, fsync, rename).
 
     Args:
-        path: the output file (replaced if it exists).
+        path: the output file; an existing file is never replaced.
         data: the bundle bytes.
         private: create it with mode 0600 (a bundle carrying payloads); else 0644
             (both less the umask).
 
     Raises:
-        UsageError: if the directory does not exist or the path is a directory.
+        UsageError: if the directory does not exist, or the path exists already.
         StorageError: if the file cannot be written.
     """
     target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{target} is a directory; --out wants a file")
+    refuse_existing(target)
     if not target.parent.is_dir():
         raise UsageError(f"cannot write {target}: no directory {target.parent}")
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
@@ -465,9 +464,18 @@ def write_bundle(path: str | os.PathLike[str], data: bytes, private: bool = Fals
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, target)
+        os.link(tmp, target)  # fails if the target appeared meanwhile: never replaced
+    except FileExistsError as exc:
+        raise UsageError(f"{target} exists; choose another --out") from exc
     except OSError as exc:
+        raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
     return target
+
+
+def refuse_existing(target: Path) -> None:
+    """Raise :class:`UsageError` if ``target`` exists (an output is never replaced)."""
+    if target.exists() or target.is_symlink():
+        raise UsageError(f"{target} exists; choose another --out")

@@ -540,8 +540,16 @@ _SCHEMA = [
 ]
 
 
+def _is_duckdb_file(path: Path) -> bool:
+    """True when ``path`` holds a DuckDB database (its header carries ``DUCK`` at byte 8)."""
+    with open(path, "rb") as fh:
+        return fh.read(12)[8:12] == b"DUCK"
+
+
 def _connect_fresh(path: Path) -> duckdb.DuckDBPyConnection:
     try:
+        if path.exists() and not (path.is_file() and _is_duckdb_file(path)):
+            raise UsageError(f"refusing to replace {path}: it is not a DuckDB index (pass --index)")
         for stale in (path, path.with_name(path.name + ".wal"), _state_path(path)):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()

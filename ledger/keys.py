@@ -120,3 +120,17 @@ def load_signer(path: str | os.PathLike[str]) -> Signer:
         return Signer.from_skey(text)
     except KeyFormatError as exc:
         raise KeyFormatError(f"key file {path}: {exc}") from exc
+
+
+def refuse_key_inside(ledger_dir: str | os.PathLike[str], key_path: str | os.PathLike[str]) -> None:
+    """Refuse a private key file kept inside the ledger directory it signs for.
+
+    Raises:
+        UsageError: if ``key_path`` resolves to a path inside ``ledger_dir``.
+    """
+    ledger_root, key = Path(ledger_dir).resolve(), Path(key_path).resolve()
+    if key == ledger_root or ledger_root in key.parents:
+        raise UsageError(
+            f"refusing the private key {key_path}: it is inside the ledger directory "
+            f"{ledger_dir}; keep keys outside it"
+        )

@@ -137,6 +137,12 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
+
+def _key_label(vkey: str) -> str:
+    """How an error names a key string: never the key material, only its name."""
+    name = vkey.split("+", 1)[0]
+    return repr(name[:64] + "+…" if "+" in vkey else name[:64])
+
 @dataclass(frozen=True)
 class Verifier:
     """An Ed25519 verifier key.
@@ -159,30 +165,36 @@ class Verifier:
             KeyFormatError: if the string is malformed, the type is not Ed25519, or the
                 key ID does not match the name and key.
         """
+        if vkey.startswith("PRIVATE+KEY+"):
+            raise KeyFormatError(
+                "that is a PRIVATE key string (not shown), not a verifier key; pass the "
+                "verifier key that keygen printed"
+            )
+        label = _key_label(vkey)
         parts = vkey.split("+", 2)
         if len(parts) != 3:
-            raise KeyFormatError(f"verifier key {vkey!r} is not name+keyid+key")
+            raise KeyFormatError(f"verifier key {label} is not name+keyid+key")
         name, hash16, key64 = parts
         if not is_valid_name(name):
-            raise KeyFormatError(f"verifier key {vkey!r}: invalid key name {name!r}")
+            raise KeyFormatError(f"verifier key {label}: invalid key name {name!r}")
         if not _HEX8.fullmatch(hash16):
-            raise KeyFormatError(f"verifier key {vkey!r}: key ID {hash16!r} is not 8 hex digits")
+            raise KeyFormatError(f"verifier key {label}: key ID {hash16!r} is not 8 hex digits")
         try:
             key = _b64decode(key64)
         except ValueError as exc:
-            raise KeyFormatError(f"verifier key {vkey!r}: key is {exc}") from exc
+            raise KeyFormatError(f"verifier key {label}: key is {exc}") from exc
         if not key or key[0] != SIG_ED25519:
             alg = f"0x{key[0]:02x}" if key else "missing"
-            raise KeyFormatError(f"verifier key {vkey!r}: signature type {alg}, want 0x01")
+            raise KeyFormatError(f"verifier key {label}: signature type {alg}, want 0x01")
         if len(key) != 33:
             raise KeyFormatError(
-                f"verifier key {vkey!r}: Ed25519 key is {len(key) - 1} bytes, want 32"
+                f"verifier key {label}: Ed25519 key is {len(key) - 1} bytes, want 32"
             )
         got = int(hash16, 16)
         want = key_id(name, key[1:])
         if got != want:
             raise KeyFormatError(
-                f"verifier key {vkey!r}: key ID {got:08x} does not match the key, want {want:08x}"
+                f"verifier key {label}: key ID {got:08x} does not match the key, want {want:08x}"
             )
         return cls(name, want, key[1:])
 

@@ -119,3 +119,18 @@ def test_verify_says_when_checkpoints_are_missing_or_unchecked(tmp_path):
     notices = json.loads(run_cli("verify", "--ledger", str(tmp_path), "--verifier-key",
                                  signer.verifier.vkey, "--json").out)["notices"]
     assert not any("checkpoint" in n for n in notices)
+
+
+def test_markup_in_ledger_strings_is_printed_not_interpreted(tmp_path):
+    events = tmp_path / "events.jsonl"
+    events.write_text(
+        '{"kind":"call","run_id":"[/red]","agent":"a","tool":"[bold]t","call_id":"[/x]",'
+        '"arguments":"{}","needs_approval":true}\n'
+        '{"kind":"execution","run_id":"[/red]","call_id":"[/x]","arguments":"{}","result":"r"}\n'
+    )
+    assert run_cli("ingest", str(events), "--ledger", str(tmp_path / "l")).code == 0
+    result = run_cli("verify", "--ledger", str(tmp_path / "l"))
+    assert result.code == 1 and "[/x]" in result.out and "Traceback" not in result.err
+    for args in (["log"], ["trace", "[/x]"]):
+        shown = run_cli(*args, "--ledger", str(tmp_path / "l"))
+        assert shown.code == 0 and "[/red]" in shown.out, shown.err
