@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import os
+import stat
 
 from .errors import UsageError
 
+MAX_INPUT = 1 << 30
+"""Largest input file read whole (bytes)."""
+
 
 def read_input(path: str | os.PathLike[str]) -> bytes:
-    """All bytes of the input file at ``path``.
+    """All bytes of the regular input file at ``path`` (at most :data:`MAX_INPUT` bytes).
 
     Raises:
-        UsageError: if it is missing, a directory, or unreadable (one line naming it).
+        UsageError: if it is missing, not a regular file (a directory, FIFO or device,
+            which could block or never end), too large, or unreadable (one line naming it).
     """
     try:
-        with open(path, "rb") as fh:
+        with open(path, "rb", opener=_open_nonblocking) as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise UsageError(f"{os.fspath(path)} is not a regular file")
+            if info.st_size > MAX_INPUT:
+                raise UsageError(f"{os.fspath(path)} is larger than {MAX_INPUT} bytes")
             return fh.read()
     except FileNotFoundError as exc:
         raise UsageError(f"{os.fspath(path)} not found") from exc
@@ -22,3 +32,8 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
         raise UsageError(f"{os.fspath(path)} is a directory, not a file") from exc
     except OSError as exc:
         raise UsageError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    # O_NONBLOCK: opening a FIFO with no writer returns at once instead of hanging
+    return os.open(path, flags | os.O_NONBLOCK)

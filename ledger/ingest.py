@@ -62,11 +62,22 @@ def parse_events(data: bytes) -> list[tuple[int, dict[str, Any]]]:
             raise IngestError(f"line {number}: not UTF-8 ({exc.reason})", number) from exc
         except (ValueError, RecursionError) as exc:
             raise IngestError(f"line {number}: not a JSON object ({exc})", number) from exc
-        problem = schemas.first_error(SCHEMA, event)
+        problem = schemas.first_error(SCHEMA, event) or _not_storable(event)
         if problem is not None:
             raise IngestError(f"line {number}: {problem}", number)
         events.append((number, event))
     return events
+
+
+def _not_storable(event: dict[str, Any]) -> str | None:
+    """What the schema lets through but an entry cannot hold, or None."""
+    if "time" in event and type(event["time"]) is not int:
+        return "time: must be an integer (ns since the epoch, UTC)"
+    try:
+        json.dumps(event, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return "a string holds a lone surrogate (not valid Unicode)"
+    return None
 
 
 def _arguments(value: str | dict[str, Any]) -> str:
