@@ -14,7 +14,7 @@ process) records the decisions and resumes the run. On resume the agent calls
 ``refund`` again (c-refund-2), which the sticky approval lets through, then answers.
 The conversation is kept in a file-backed ``SQLiteSession`` that the recorder wraps.
 
-Run:  python examples/approval_flow.py --ledger DIR [--streamed]
+Run:  python examples/approval_flow.py --ledger DIR [--streamed] [--durability entry]
 Then: evidence-ledger verify --ledger DIR
 """
 
@@ -123,18 +123,19 @@ async def _run(recorder: Recorder, agent: Agent[Any], run_input: Any, session: A
     return result
 
 
-async def main(ledger_dir: str, streamed: bool = False) -> None:
-    """Record the approval flow into the ledger at ``ledger_dir`` (created if missing)."""
+async def main(ledger_dir: str, streamed: bool = False, durability: str = "group") -> None:
+    """Record the approval flow into the ledger at ``ledger_dir`` (created if missing),
+    with recorders of that ``durability`` (see :class:`Recorder`)."""
     agent = build_agent()
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "sessions.sqlite")
 
-        first = Recorder(ledger_dir)
+        first = Recorder(ledger_dir, durability=durability)
         paused = await _run(first, agent, "Refund 20 EUR on o-1 and credit acct-9.",
                             SQLiteSession(SESSION_ID, db), streamed)
         stored = json.dumps(paused.to_state().to_json())  # parked in an external store
 
-        second = Recorder(ledger_dir)  # later, as in another process
+        second = Recorder(ledger_dir, durability=durability)  # later, as in another process
         state = await RunState.from_json(agent, json.loads(stored))
         for item in state.get_interruptions():
             if item.call_id == "c-email":
@@ -150,6 +151,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ledger", required=True, help="ledger directory to record into")
     parser.add_argument("--streamed", action="store_true", help="use Runner.run_streamed")
+    parser.add_argument("--durability", choices=["group", "entry"], default="group",
+                        help="the recorders' durability (default: group)")
     args = parser.parse_args()
-    asyncio.run(main(args.ledger, args.streamed))
+    asyncio.run(main(args.ledger, args.streamed, args.durability))
     print(f"recorded into {args.ledger}; check it: evidence-ledger verify --ledger {args.ledger}")

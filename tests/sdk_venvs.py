@@ -4,14 +4,17 @@
 building it on first use: ``python -m venv``, then ``pip install`` of the project's runtime
 dependencies (read from ``pyproject.toml``) with ``openai-agents==<version>``, then the
 project itself with ``pip install --no-deps -e <repo>``. A ``.installed`` marker listing
-the requirements, written after a successful install, makes later calls return at once;
-a venv without it (half built) or with other requirements is removed and built again.
+the requirements and the SHA-256 of pyproject.toml, written after a successful install,
+makes later calls return at once; a venv without it (half built) or with other
+requirements is removed and built again, and one whose pyproject.toml changed only gets
+the project reinstalled.
 
 Also runnable: ``python tests/sdk_venvs.py 0.20.0 0.22.3`` builds those venvs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -40,15 +43,20 @@ def sdk_venv(version: str) -> Path:
     """
     venv, requirements = VENVS_DIR / version, runtime_requirements(version)
     bin_dir, marker = venv / "bin", venv / MARKER
-    if marker.exists() and marker.read_text("utf-8").splitlines() == requirements:
+    project = "project " + hashlib.sha256((REPO_ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
+    recorded = marker.read_text("utf-8").splitlines() if marker.exists() else []
+    if recorded[:-1] == requirements:
+        if recorded[-1:] != [project]:  # packaging changed: reinstall the project only
+            _run([*pip, "--no-deps", "-e", str(REPO_ROOT)])
+            marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
         return bin_dir
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     _run([sys.executable, "-m", "venv", str(venv)])
-    pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
     _run([*pip, *requirements])
     _run([*pip, "--no-deps", "-e", str(REPO_ROOT)])
-    marker.write_text("\n".join(requirements) + "\n", "utf-8")
+    marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
     return bin_dir
 
 

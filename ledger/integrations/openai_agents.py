@@ -32,6 +32,43 @@ What is recorded, and from where:
 Agent hooks the user set are kept and still called (after recording). Hooks given to
 ``Runner.run`` do not reach agents run through ``Agent.as_tool``, hence agent hooks.
 
+Durability: ``Recorder(ledger, durability="group")`` (the default) takes no sync on the
+agent's path. The evidence of a leg (every entry above that a hook, a wrapped tool or
+the wrapped session produces while the leg runs, and the ``loaded`` / ``resume`` run
+states of its start) is queued, in the order it was produced, and a flusher thread
+appends it in groups: what is queued, at most :data:`GROUP_WRITES` writes or what
+arrived within :data:`GROUP_WINDOW` seconds, as one atomic group (``writer.atomic()``:
+one lock, one sync), one group at a time. The guarantee:
+
+- :meth:`Recorder.run` returns, and ``stream_events()`` of :meth:`Recorder.run_streamed`
+  ends, only after the leg's evidence and its ``run_end`` are durable;
+- :meth:`Recorder.approve` / :meth:`Recorder.reject` append what is still queued, then
+  record the decision durably, then apply it; ``to_state()`` / ``to_json()`` record
+  their ``run_state`` entries durably before returning; so does a session write outside
+  a leg; :meth:`Recorder.flush` appends what is queued on demand;
+- what is durable is always a prefix, in order, of the evidence produced: a crash in
+  the middle of a leg loses at most the tail of that leg not yet appended (at most the
+  group being synced and what was queued after it), never an entry acknowledged by the
+  return of one of the calls above, and never the ledger's integrity (one group is
+  written and synced at a time; a torn group is cut back by the next writer);
+- if the flusher cannot append a group (an I/O error, a full disk, a lock time-out), no
+  entry of that group is appended and what was queued after it is dropped; every leg
+  running then records nothing more (so the prefix rule holds per leg): its next hook
+  raises :class:`~ledger.errors.StorageError` into the SDK, and its end raises
+  :class:`~ledger.errors.StorageError` after recording its ``run_end`` as ``failed`` if
+  the storage takes it. A failure is never swallowed: the first durable point above to
+  come raises it, and the end of every leg it hit;
+- entry times are taken when the evidence is produced, not when it is appended.
+
+One queue per :class:`EvidenceWriter`, shared by every recorder and session on it, keeps
+the order; lookups of recorded calls (the scope of an interruption to approve, of a
+state's pending calls) happen once the calls before them are appended. The flusher is a
+daemon thread, started on demand, that ends after :data:`FLUSHER_IDLE` seconds without
+evidence; at interpreter exit, evidence still queued (a leg that never ended) is
+appended. ``durability="entry"`` appends every entry as its own durable group before its
+hook returns (one sync per entry on the agent's path). Use the recorder, not
+``recorder.writer`` directly, while a leg runs.
+
 Run id: a fresh run gets a random id (32 hex digits), stored in the run context under
 :data:`RUN_ID_KEY`: a ``None`` context becomes ``{RUN_ID_KEY: run_id}``, a mutable mapping
 gets the key added (so use one context mapping per run). The SDK serializes mapping
@@ -89,7 +126,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import inspect
 import os
 import threading
@@ -100,6 +136,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from operator import methodcaller
 from typing import Any, TypeVar
 
 from agents import (
@@ -173,7 +210,8 @@ class _Journal:
     If the flusher cannot append a group, nothing of it is appended and every write
     queued after it is dropped (what is durable stays a prefix of what was queued); the
     failure is kept until :meth:`settle`, :meth:`commit` or :meth:`read` reports it,
-    and :meth:`submit` refuses new writes until then.
+    and :meth:`submit` refuses new writes until then. :attr:`failures` counts them, so
+    that every leg running when one happened learns of it (see :meth:`settle`).
     """
 
     def __init__(self, writer: EvidenceWriter) -> None:
@@ -182,8 +220,11 @@ class _Journal:
         self._queue: list[Write] = []
         self._busy = False  # someone holds the turn (appends a group)
         self._urgent = 0  # callers waiting for the turn: the flusher cuts its window short
-        self._failure: BaseException | None = None
+        self._failure: BaseException | None = None  # not reported yet
         self._dropped = 0  # writes lost with the failed group, or refused after it
+        self._last: StorageError | None = None  # the latest failure, as reported
+        self.failures = 0
+        """Groups the flusher could not append so far."""
         self._flusher: threading.Thread | None = None
 
     @staticmethod
@@ -199,25 +240,32 @@ class _Journal:
         assert isinstance(journal, _Journal)
         return journal
 
-    def record(self, write: Write, queued: bool) -> None:
-        """``write`` queued for the flusher, or appended durably before returning."""
-        if queued:
-            self.submit(write)
-        else:
+    def record(self, write: Write, since: int | None) -> None:
+        """``write`` appended durably before returning (``since`` None), or queued for
+        the flusher as evidence of a leg that started when :attr:`failures` was ``since``
+        (see :meth:`submit`)."""
+        if since is None:
             self.commit(write)
+        else:
+            self.submit(write, since)
 
-    def submit(self, write: Write) -> None:
+    def submit(self, write: Write, since: int) -> None:
         """Queue ``write`` for the flusher; returns at once.
 
+        ``since``: :attr:`failures` when the leg that ``write`` belongs to started. Once
+        a group failed, a leg that was running then records nothing more: its evidence
+        would have a hole (what is durable of each leg stays a prefix of it).
+
         Raises:
-            StorageError: if an earlier group failed and no one has been told yet.
+            StorageError: if a group failed since, or one failed that no one was told of.
         """
         with self._cond:
-            if self._failure is not None:
+            if self._failure is not None or self.failures > since:
                 self._dropped += 1
+                cause = self._failure if self._failure is not None else self._last
                 raise StorageError(
-                    f"evidence not recorded: an earlier group failed ({self._failure})"
-                ) from self._failure
+                    f"evidence not recorded: an earlier group could not be appended ({cause})"
+                ) from cause
             self._queue.append(write)
             waiting, flusher = len(self._queue), self._flusher
             if flusher is None:
@@ -245,9 +293,10 @@ class _Journal:
         """
         with self._turn():
             batch = self._take()
+            queued = len(batch)
             if write is not None and join:
                 batch.append(write)
-            self._append(batch)
+            self._append(batch, queued)
             if write is not None and not join:
                 self._append([write])
 
@@ -259,16 +308,22 @@ class _Journal:
             StorageError: as :meth:`commit`.
         """
         with self._turn():
-            self._append(self._take())
+            batch = self._take()
+            self._append(batch, len(batch))
             return look(self.writer)
 
-    def settle(self) -> StorageError | None:
-        """Wait for the group in flight; the failure of a group the flusher could not
-        append, if any, as a :class:`StorageError` (reported once)."""
+    def settle(self, since: int | None) -> StorageError | None:
+        """Wait for the group in flight; then the failure not reported yet, or else the
+        latest one if :attr:`failures` grew past ``since`` (a leg that started then has
+        lost evidence, even if another drain point reported it first), as a
+        :class:`StorageError`; None if neither."""
         with self._cond:
             while self._busy:
                 self._cond.wait()
-            return self._report()
+            failure = self._report()
+            if failure is None and since is not None and self.failures > since:
+                failure = self._last
+            return failure
 
     # -- internals -------------------------------------------------------------------
 
@@ -309,6 +364,7 @@ class _Journal:
             f"({type(failure).__name__}: {failure})"
         )
         error.__cause__ = failure
+        self._last = error
         return error
 
     def _take(self) -> list[Write]:
@@ -316,13 +372,27 @@ class _Journal:
             batch, self._queue = self._queue, []
             return batch
 
-    def _append(self, batch: list[Write]) -> None:
+    def _append(self, batch: list[Write], queued: int = 0) -> None:
+        """Append ``batch`` as one atomic group (turn held). ``queued``: how many of its
+        writes came from the queue: if it fails, the legs they belong to learn of it
+        (:attr:`failures`), as the caller does (the exception propagates)."""
         if not batch:
             return
         writer = self.writer
-        with writer.atomic():
-            for write in batch:
-                write(writer)
+        try:
+            with writer.atomic():
+                for write in batch:
+                    write(writer)
+        except BaseException as exc:
+            if queued:
+                with self._cond:
+                    self.failures += 1
+                    self._last = StorageError(
+                        f"{queued} evidence write(s) not recorded: a group could not be "
+                        f"appended ({type(exc).__name__}: {exc})"
+                    )
+                    self._last.__cause__ = exc
+            raise
 
     def _flush(self) -> None:
         """The flusher thread: append queued writes in groups; end when idle."""
@@ -341,6 +411,7 @@ class _Journal:
                     self._dropped += len(batch) + len(self._queue)
                     self._queue.clear()
                     self._failure = self._failure or exc
+                    self.failures += 1
             finally:
                 with self._cond:
                     self._busy = False
@@ -383,14 +454,14 @@ def _flush_at_exit() -> None:
 @dataclass(frozen=True)
 class _Frame:
     journal: _Journal
-    queued: bool  # group durability: the leg's evidence goes through the flusher
+    since: int | None  # None: entry durability; else the journal's failures at its start
     run_id: str
     scope: Scope = ()
     run_state: str | None = None  # the state this leg resumed from; None: started fresh
 
     def record(self, write: Write) -> None:
-        """Record evidence of this leg (queued, or durable at once; see ``queued``)."""
-        self.journal.record(write, self.queued)
+        """Record evidence of this leg (queued, or durable at once; see ``since``)."""
+        self.journal.record(write, self.since)
 
 
 _FRAME: ContextVar[_Frame | None] = ContextVar("evidence_ledger_frame", default=None)
@@ -475,7 +546,7 @@ class Recorder:
         self.writer = ledger if isinstance(ledger, EvidenceWriter) else EvidenceWriter(ledger)
         self.durability = durability
         self._journal = _Journal.of(self.writer)
-        self._queued = durability == "group"
+        self._group = durability == "group"
 
     def flush(self) -> None:
         """Make every entry recorded so far durable (``"group"`` queues a leg's evidence).
@@ -553,9 +624,9 @@ class Recorder:
             StorageError: if a group of the leg's evidence could not be appended (then
                 ``run_end`` says ``failed``), or this last one cannot.
         """
-        failure = self._journal.settle()
-        end = functools.partial(
-            EvidenceWriter.run_end, run_id=frame.run_id,
+        failure = self._journal.settle(since=frame.since)
+        end = methodcaller(
+            "run_end", run_id=frame.run_id,
             status="failed" if failure is not None else status, run_state=frame.run_state,
         )
         try:
@@ -566,13 +637,13 @@ class Recorder:
 
     def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> _Frame:
         attach(agent)
+        since = self._journal.failures if self._group else None
         session = kwargs.get("session")
         if session is not None and not isinstance(session, RecordedSession):
             kwargs["session"] = RecordedSession(self.writer, session)
         if isinstance(input, RunState):
-            info = self._adopt(input, queued=self._queued)
-            _record_state(input, info, "resume", queued=self._queued)
-            return _Frame(self._journal, self._queued, info.run_id, run_state=info.state_id)
+            info = self._adopt(input, since=since, resume=True)
+            return _Frame(self._journal, since, info.run_id, run_state=info.state_id)
         run_id = uuid.uuid4().hex
         context = kwargs.get("context")
         if context is None:
@@ -584,7 +655,7 @@ class Recorder:
                 f"the recorder keeps its run id in a mapping run context, not in a "
                 f"{type(context).__name__}"
             )
-        return _Frame(self._journal, self._queued, run_id)
+        return _Frame(self._journal, since, run_id)
 
     # -- run states --------------------------------------------------------------------
 
@@ -603,15 +674,20 @@ class Recorder:
 
         result.to_state = to_state  # type: ignore[method-assign]
 
-    def _adopt(self, state: RunState[Any, Any], queued: bool = False) -> _StateInfo:
+    def _adopt(
+        self, state: RunState[Any, Any], since: int | None = None, resume: bool = False
+    ) -> _StateInfo:
         """The id of ``state``; a state not seen before (one restored with
-        ``RunState.from_json``) gets one, with the id its JSON carried as parent
-        (``queued``: its ``loaded`` entry goes through the flusher)."""
+        ``RunState.from_json``) gets one, with the id its JSON carried as parent, and a
+        ``loaded`` entry; ``resume``: then a ``resume`` entry (one serialisation for
+        both). Entries are recorded as :meth:`_Journal.record` says for ``since``."""
         info = _state_info(state)
         if info is not None:
             if info.journal is not self._journal:  # its to_json() now records here
                 info = replace(info, journal=self._journal)
                 _register(state, info)
+            if resume:
+                _record_state(state, info, "resume", since=since)
             return info
         run_id = state_run_id(state)
         context = state._context.context if state._context is not None else None
@@ -622,7 +698,9 @@ class Recorder:
             self._journal, uuid.uuid4().hex, parent if isinstance(parent, str) else None, run_id,
         )
         _register(state, info)
-        _record_state(state, info, "loaded", queued=queued)
+        data = _record_state(state, info, "loaded", since=since)
+        if resume:
+            _record_state(state, info, "resume", data, since=since)
         return info
 
     # -- decisions ---------------------------------------------------------------------
@@ -772,8 +850,8 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             if inspect.isawaitable(decided):
                 decided = await decided
             frame = _frame()
-            frame.record(functools.partial(
-                EvidenceWriter.tool_policy, run_id=frame.run_id, agent=agent.name,
+            frame.record(methodcaller(
+                "tool_policy", run_id=frame.run_id, agent=agent.name,
                 tool=tool.name, needs_approval=bool(decided), scope=frame.scope,
                 policy="callable", call_id=call_id, time_ns=frame.journal.writer.clock(),
             ))
@@ -795,8 +873,8 @@ def _recorded_guardrail(
         output = await guardrail.run(data)
         if output.behavior["type"] != "allow":
             frame, message = _frame(), output.behavior.get("message")
-            frame.record(functools.partial(
-                EvidenceWriter.guardrail, run_id=frame.run_id,
+            frame.record(methodcaller(
+                "guardrail", run_id=frame.run_id,
                 call_id=data.context.tool_call_id, guardrail=name,
                 message=message if isinstance(message, str) else None, scope=frame.scope,
                 agent=data.agent.name, tool=tool.name, time_ns=frame.journal.writer.clock(),
@@ -817,8 +895,8 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
     for item in calls:
         name = _field(item, "name")
         policy = getattr(tools.get(name), "needs_approval", None)
-        found.append(functools.partial(
-            EvidenceWriter.call, run_id=frame.run_id, call_id=_field(item, "call_id"),
+        found.append(methodcaller(
+            "call", run_id=frame.run_id, call_id=_field(item, "call_id"),
             agent=agent.name, tool=name, arguments=_field(item, "arguments"), scope=frame.scope,
             needs_approval=policy if isinstance(policy, bool) else None,
             response_id=response.response_id, time_ns=clock(),
@@ -835,8 +913,8 @@ def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) 
     if not (isinstance(context, ToolContext) and isinstance(tool, FunctionTool)):
         return  # hosted, shell and computer tools carry no call id here
     frame = _frame()
-    frame.record(functools.partial(
-        EvidenceWriter.execution, run_id=frame.run_id, call_id=context.tool_call_id,
+    frame.record(methodcaller(
+        "execution", run_id=frame.run_id, call_id=context.tool_call_id,
         arguments=context.tool_arguments, scope=frame.scope, agent=agent.name, tool=tool.name,
         result=persisted_output(context, tool, result), run_state=frame.run_state,
         time_ns=frame.journal.writer.clock(),
@@ -943,10 +1021,11 @@ def _serialised(state: Any) -> Any:
 
 
 def _record_state(
-    state: Any, info: _StateInfo, event: str, data: Any = None, queued: bool = False
-) -> None:
+    state: Any, info: _StateInfo, event: str, data: Any = None, since: int | None = None
+) -> Any:
     """Record a ``run_state`` entry for ``state`` (``data``: its serialised form, if known),
-    durably before returning, or ``queued`` with the evidence of the leg it starts.
+    durably before returning, or (``since`` not None) queued as evidence of the leg it
+    starts (see :meth:`_Journal.record`). Returns the serialised form.
 
     What the state holds is taken now; the scopes of its interruptions are looked up when
     the entry is appended, in order, so calls still queued are found."""
@@ -971,7 +1050,8 @@ def _record_state(
             state=data, interruptions=found, time_ns=time_ns,
         )
 
-    info.journal.record(write, queued)
+    info.journal.record(write, since)
+    return data
 
 
 class _RecordingHooks(AgentHooks[Any]):
@@ -1038,12 +1118,12 @@ class RecordedSession:
 
     def _record(self, op: str, items: list[Any]) -> None:
         frame = _FRAME.get()
-        leg = frame is not None and frame.journal.writer is self.writer
-        queued = leg and frame is not None and frame.queued
         run_id, scope = (frame.run_id, frame.scope) if frame is not None else ("", ())
+        leg = frame if frame is not None and frame.journal.writer is self.writer else None
+        later = leg is not None and leg.since is not None  # copy what the SDK could change
         session_id, clock = self.session_id, self.writer.clock
         found = [
-            (None if item is None else _snapshot(dict(item)) if queued else dict(item), clock())
+            (None if item is None else _snapshot(dict(item)) if later else dict(item), clock())
             for item in items
         ]
 
@@ -1054,8 +1134,8 @@ class RecordedSession:
                     time_ns=time_ns,
                 )
 
-        if leg and frame is not None:
-            frame.record(write)
+        if leg is not None:
+            leg.record(write)
         else:
             _Journal.of(self.writer).commit(write)
 
