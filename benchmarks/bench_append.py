@@ -14,21 +14,11 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import Row, median_time
-from benchmarks.workload import steps
+from benchmarks.workload import build_ledger
 from ledger.framing import Record
 from ledger.log import Ledger
-from ledger.writer import EvidenceWriter
 
 GROUP = 256
-
-
-def _ours(directory: Path, entries: int, group: int) -> None:
-    writer = EvidenceWriter(directory)
-    todo = steps(writer, entries)
-    for start in range(0, len(todo), group):
-        with writer.atomic():
-            for step in todo[start : start + group]:
-                step()
 
 
 def _same_bytes(directory: Path) -> list[bytes]:
@@ -64,7 +54,7 @@ def _measure(entries: int, group: int) -> tuple[float, float, float]:
     work = Path(tempfile.mkdtemp(prefix="bench-append-"))
     try:
         ours = median_time(
-            lambda: _ours(work / "l", entries, group),
+            lambda: build_ledger(work / "l", entries, group),
             setup=lambda: shutil.rmtree(work / "l", ignore_errors=True),
         )
         blobs = _same_bytes(work / "l")

@@ -11,6 +11,7 @@ appending in O(1) amortised hashes, without keeping the leaves.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
@@ -57,3 +58,26 @@ class CompactRange:
         for peak in reversed(self._peaks[:-1]):
             node = node_hash(peak, node)
         return node
+
+
+def root_of_range(node: Callable[[int, int], bytes], lo: int, hi: int) -> bytes:
+    """MTH of leaves ``[lo, hi)`` (RFC 9162 §2.1.1) from stored perfect subtrees.
+
+    ``node(level, index)`` returns the 32-byte hash of the perfect subtree over leaves
+    ``[index * 2**level, (index + 1) * 2**level)``. ``lo`` must be a multiple of the
+    largest power of two not above ``hi - lo`` (as for every subtree RFC 9162 names).
+    Reads one node per set bit of ``hi - lo`` and folds them right to left; returns
+    SHA-256("") when ``lo == hi``.
+    """
+    n = hi - lo
+    if n == 0:
+        return EMPTY_ROOT
+    peaks: list[bytes] = []
+    for level in range(n.bit_length() - 1, -1, -1):
+        if n >> level & 1:
+            peaks.append(node(level, lo >> level))
+            lo += 1 << level
+    root = peaks[-1]
+    for peak in reversed(peaks[:-1]):
+        root = node_hash(peak, root)
+    return root

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from .errors import EvidenceError, UsageError
 from .log import Ledger
-from .merkle import EMPTY_ROOT, node_hash
+from .merkle import EMPTY_ROOT, node_hash, root_of_range
 from .tree_store import TreeStore
 
 __all__ = [
@@ -72,21 +72,7 @@ def subtree_hash(src: HashSource, lo: int, hi: int) -> bytes:
     Returns 32 bytes; SHA-256("") when ``lo == hi``. A perfect subtree (``hi - lo`` a
     power of two) is one node read and no hashing.
     """
-    n = hi - lo
-    if n == 0:
-        return EMPTY_ROOT
-    if not n & (n - 1):
-        level = n.bit_length() - 1
-        return src.node(level, lo >> level)
-    peaks: list[bytes] = []
-    for level in range(n.bit_length() - 1, -1, -1):
-        if n >> level & 1:
-            peaks.append(src.node(level, lo >> level))
-            lo += 1 << level
-    root = peaks[-1]
-    for peak in reversed(peaks[:-1]):
-        root = node_hash(peak, root)
-    return root
+    return root_of_range(src.node, lo, hi)
 
 
 class Prover:

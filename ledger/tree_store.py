@@ -78,7 +78,7 @@ from .errors import EvidenceError, StorageError, UsageError
 from .framing import FRAME_OVERHEAD, MAX_RECORD, MORE_FLAG, Damage, Record, TornTail
 from .fsutil import file_lock, fsync_path
 from .log import Ledger
-from .merkle import EMPTY_ROOT, HASH_SIZE, leaf_hash, node_hash
+from .merkle import HASH_SIZE, leaf_hash, node_hash, root_of_range
 
 __all__ = [
     "TILE_HEIGHT",
@@ -426,18 +426,7 @@ class TiledTree:
         size = self.size if size is None else size
         if not 0 <= size <= self.size:
             raise UsageError(f"want 0 <= size <= {self.size}, got size {size}")
-        if size == 0:
-            return EMPTY_ROOT
-        peaks: list[bytes] = []
-        start = 0
-        for level in range(size.bit_length() - 1, -1, -1):
-            if size >> level & 1:
-                peaks.append(self.node(level, start >> level))
-                start += 1 << level
-        root = peaks[-1]
-        for peak in reversed(peaks[:-1]):
-            root = node_hash(peak, root)
-        return root
+        return root_of_range(self.node, 0, size)
 
 
 class TileBuilder:
