@@ -62,13 +62,18 @@ def median_time(
 
 
 def peak_rss_mb(code: str, *args: str) -> tuple[float, float]:
-    """Run ``python -c code args`` in a fresh process; return (seconds, peak RSS in MB)."""
+    """Run ``python -c code args`` in a fresh process; return (seconds, peak RSS in MB).
+
+    Peak RSS is the process's ``VmHWM`` (reset by exec), not ``ru_maxrss``, which Linux
+    carries over from the forking parent.
+    """
     wrapper = (
-        "import resource, sys, time\n"
+        "import sys, time\n"
         "start = time.perf_counter()\n"
         f"exec(compile({code!r}, 'bench', 'exec'))\n"
         "elapsed = time.perf_counter() - start\n"
-        "print(elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+        "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+        "print(elapsed, int(hwm.split()[1]) / 1024)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", wrapper, *args], capture_output=True, text=True, check=True,

@@ -52,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-entries", type=int, default=1_000_000)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--sizes", type=int, nargs="*", default=None,
+                        help="ledger sizes to build (default 10^4, 10^5, 10^6 up to --max-entries)")
     args = parser.parse_args(argv)
-    sizes = [n for n in (10_000, 100_000, 1_000_000) if n <= args.max_entries]
+    sizes = args.sizes or [n for n in (10_000, 100_000, 1_000_000) if n <= args.max_entries]
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=REPO / ".cache"))
     rows: list[Row] = []
     try:
@@ -78,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             rows += suite()
             print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        host = machine()
+        print_table(rows, host)
+        write_results(rows, host, REPO / "benchmarks" / "results.json")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    host = machine()
-    print_table(rows, host)
-    write_results(rows, host, REPO / "benchmarks" / "results.json")
     return 0
 
 
