@@ -228,6 +228,15 @@ def _open(data: bytes, verifiers: Sequence[Verifier]) -> tuple[Checkpoint, list[
     return parse_checkpoint(parse_note(data).text), []
 
 
+def _against_log(cp: Checkpoint, roots: LogRoots) -> tuple[bool, bytes | None]:
+    """How the log stands against checkpoint ``cp``: (shorter than it, or the differing
+    root recomputed at its size; None when the log extends it)."""
+    if cp.size > roots.size:
+        return True, None
+    root = roots.root(cp.size)
+    return False, None if root == cp.root else root
+
+
 def check_checkpoints(
     ledger_dir: Ledger | str | os.PathLike[str] | None,
     verifier_keys: Sequence[str],
@@ -374,7 +383,8 @@ def check_checkpoints(
 
     for p in parsed:
         cp, name = p.checkpoint, f"checkpoint {p.number}"
-        if cp.size > roots.size:
+        short, root = _against_log(cp, roots)
+        if short:
             findings.append(
                 CheckpointFinding(
                     "checkpoint_size",
@@ -384,9 +394,7 @@ def check_checkpoints(
                     tree_size=cp.size,
                 )
             )
-            continue
-        root = roots.root(cp.size)
-        if root != cp.root:
+        elif root is not None:
             findings.append(
                 CheckpointFinding(
                     "checkpoint_root",
@@ -420,7 +428,8 @@ def check_checkpoints(
 
     for position, cp in trusted:
         where = f"trusted checkpoint {position}"
-        if cp.size > roots.size:
+        short, root = _against_log(cp, roots)
+        if short:
             findings.append(
                 CheckpointFinding(
                     "append_only",
@@ -429,9 +438,7 @@ def check_checkpoints(
                     tree_size=cp.size,
                 )
             )
-            continue
-        root = roots.root(cp.size)
-        if root != cp.root:
+        elif root is not None:
             findings.append(
                 CheckpointFinding(
                     "append_only",
