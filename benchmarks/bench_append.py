@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from benchmarks.common import Row, median_time
+from benchmarks.common import Row, discard, median_time, scratch
 from benchmarks.workload import build_ledger
 from ledger.framing import Record
 from ledger.log import Ledger
@@ -51,16 +49,13 @@ def _floor(path: Path, blobs: list[bytes], group: int) -> None:
 
 def _measure(entries: int, group: int) -> tuple[float, float, float]:
     """(our seconds, floor seconds, bytes per entry incl. payloads), medians."""
-    work = Path(tempfile.mkdtemp(prefix="bench-append-"))
-    try:
+    with scratch("append-") as work:
         ours = median_time(
             lambda: build_ledger(work / "l", entries, group),
-            setup=lambda: shutil.rmtree(work / "l", ignore_errors=True),
+            setup=lambda: discard(work / "l"),
         )
         blobs = _same_bytes(work / "l")
         floor = median_time(lambda: _floor(work / "floor.bin", blobs, group))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return ours, floor, sum(map(len, blobs)) / entries
 
 

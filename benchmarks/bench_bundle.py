@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import platform
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import Row, print_table
+from benchmarks.common import Row, empty_trash, print_table, scratch
 from benchmarks.workload import CHAINS_PER_RUN, build_ledger
 from ledger.bundle import build_bundle
 from ledger.bundle_verify import Selection, verify_bundle
@@ -83,12 +81,10 @@ def rows(ledgers: dict[int, Path]) -> list[Row]:
 def _built(entries: tuple[int, ...]) -> list[Row]:
     out: list[Row] = []
     for n in entries:
-        work = Path(tempfile.mkdtemp(prefix="bench-bundle-"))
-        try:
+        with scratch("bundle-") as work:
             build_ledger(work / "ledger", n)
             out += measure(n, work / "ledger")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+    empty_trash()
     return out
 
 

@@ -6,18 +6,60 @@ nothing here asserts a wall-clock limit.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 RUNS = 3
 REPO = Path(__file__).resolve().parent.parent
+SCRATCH = REPO / ".cache" / "bench"
+"""Where benchmarks build their ledgers (git-ignored, like all of ``.cache/``)."""
+
+
+def _trash() -> Path:
+    return SCRATCH / f"trash-{os.getpid()}"
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A fresh directory under :data:`SCRATCH`, :func:`discard`-ed on exit."""
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=SCRATCH))
+    try:
+        yield path
+    finally:
+        discard(path)
+
+
+def discard(path: Path) -> None:
+    """Move ``path`` (under :data:`SCRATCH`) to this process's trash: one rename, however
+    many files it holds. :func:`empty_trash` deletes the trash later, off the clock:
+    unlinking the 10^5-10^6 payload files of a large ledger takes minutes on a disk that
+    discards freed blocks, and would otherwise land inside the next timed run."""
+    if path.exists():
+        _trash().mkdir(parents=True, exist_ok=True)
+        path.rename(_trash() / f"{path.name}-{time.monotonic_ns()}")
+
+
+def empty_trash() -> int | None:
+    """Delete the trash in a detached ``rm -rf`` that outlives this process; its pid (None
+    when there is nothing to delete)."""
+    if not _trash().exists():
+        return None
+    proc = subprocess.Popen(
+        ["rm", "-rf", str(_trash())], start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return proc.pid
 
 
 @dataclass

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +26,7 @@ from benchmarks import (
     bench_scan,
     bench_verify,
 )
-from benchmarks.common import REPO, Row, print_table, write_results
+from benchmarks.common import REPO, Row, empty_trash, print_table, scratch, write_results
 from benchmarks.workload import build_ledger
 
 
@@ -55,10 +53,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="*", default=None,
                         help="ledger sizes to build (default 10^4, 10^5, 10^6 up to --max-entries)")
     args = parser.parse_args(argv)
-    sizes = args.sizes or [n for n in (10_000, 100_000, 1_000_000) if n <= args.max_entries]
-    work = Path(tempfile.mkdtemp(prefix="bench-", dir=REPO / ".cache"))
-    rows: list[Row] = []
     try:
+        return _run(args)
+    finally:
+        pid = empty_trash()
+        if pid:
+            print(f"deleting the benchmark ledgers in the background (rm pid {pid})",
+                  file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    sizes = args.sizes or [n for n in (10_000, 100_000, 1_000_000) if n <= args.max_entries]
+    rows: list[Row] = []
+    with scratch("run-") as work:
         ledgers: dict[int, Path] = {}
         for size in sizes:
             start = time.perf_counter()
@@ -83,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         host = machine()
         print_table(rows, host)
         write_results(rows, host, REPO / "benchmarks" / "results.json")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

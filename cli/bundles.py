@@ -23,12 +23,11 @@ from ledger.errors import UsageError
 from ledger.files import read_input
 from ledger.findings import Finding
 from ledger.keys import load_signer, refuse_key_inside
-from ledger.log import Ledger
 from ledger.note import Verifier
 from ledger.rules import CallState
 
 from . import output
-from .options import JsonOpt, LedgerOpt
+from .options import JsonOpt, LedgerOpt, open_ledger
 
 __all__ = ["register", "render_markdown", "render_text"]
 
@@ -259,7 +258,7 @@ def prove_command(
         selection = Selection("run", run_id)
     else:
         raise UsageError("say what to prove: --call-id ID [--run-id R], --run-id ID, or --all")
-    book = Ledger(ledger)
+    book = open_ledger(ledger)
     refuse_existing(out)
     refuse_key_inside(book.directory, key)
     signer = load_signer(key)

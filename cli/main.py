@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
+import itertools
 import sys
 import traceback
 from pathlib import Path
@@ -26,14 +27,14 @@ from ledger.entries import KINDS, entry_json
 from ledger.errors import LedgerError, UsageError
 from ledger.files import read_input
 from ledger.ingest import ingest_file
-from ledger.keys import keygen, load_signer
+from ledger.keys import check_new_key_path, keygen, load_signer
 from ledger.lineage import StateNode, run_state_forest
 from ledger.log import Ledger
 from ledger.redact import redact as redact_payload
 from ledger.writer import EvidenceWriter
 
 from . import bundles, output, query, sessions, tlog
-from .options import JsonOpt, LedgerOpt
+from .options import JsonOpt, LedgerOpt, open_ledger
 
 app = typer.Typer(
     name="evidence-ledger",
@@ -79,7 +80,8 @@ def verify(
     Exit 0 when no rule is violated, 1 otherwise.
     """
     trusted = [read_input(path) for path in trusted_checkpoint or []]
-    report = verify_ledger(Ledger(ledger), verifier_key or [], trusted, payloads=not no_payloads)
+    book = open_ledger(ledger)
+    report = verify_ledger(book, verifier_key or [], trusted, payloads=not no_payloads)
     if json:
         output.print_json(report.to_json())
     else:
@@ -98,7 +100,7 @@ def ingest(
 
     A file where any line fails the schema is rejected whole (exit 2), naming the line.
     """
-    result = ingest_file(EvidenceWriter(Ledger(ledger)), events, again=again)
+    result = ingest_file(EvidenceWriter(open_ledger(ledger, create=True)), events, again=again)
     if json:
         output.print_json({
             "file_sha256": "sha256:" + result.file_sha256.hex(), "events": result.events,
@@ -121,8 +123,7 @@ def log_(
     json: JsonOpt = False,
 ) -> None:
     """List entries, newest last."""
-    book = Ledger(ledger)
-    book.require_exists()
+    book = open_ledger(ledger)
     if kind is not None and kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
     rows = [
@@ -196,7 +197,7 @@ def trace(
 ) -> None:
     """One call's chain as a timeline: call, decisions, executions, session items; then
     the run states of its run as a tree (lineage: which state each was derived from)."""
-    book = Ledger(ledger)
+    book = open_ledger(ledger)
     report = verify_ledger(book)
     timeline = [
         entry_json(entry, hash_)
@@ -246,24 +247,44 @@ def redact(
     ledger: LedgerOpt = None,
     by: Annotated[str | None, typer.Option("--by", help="Who erases it (recorded).")] = None,
 ) -> None:
-    """Erase one payload (arguments, output, item); every hash and proof still verifies."""
+    """Erase one payload (arguments, output, item); every hash and proof still verifies.
+
+    A payload already redacted is refused (exit 2); a redaction interrupted before its
+    erase is finished without a second entry.
+    """
     try:
         payload = from_text(digest)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    erased = redact_payload(EvidenceWriter(Ledger(ledger)), payload, reason, by)
-    output.stdout.print(
-        f"redacted {digest}" + ("" if erased else " (payload was already gone)"), markup=False
-    )
+    done = redact_payload(EvidenceWriter(open_ledger(ledger)), payload, reason, by)
+    if not done.appended:
+        note = f" (finished the redaction recorded at seq {done.seq})"
+    else:
+        note = "" if done.erased else " (payload was already gone)"
+    output.stdout.print(f"redacted {digest}{note}", markup=False)
 
 
 DEMO_ORIGIN = "demo.evidence-ledger.example/log"
 
 
+def _require_fresh(directory: Path) -> None:
+    """Refuse a ``demo`` target that exists and is not an empty directory."""
+    open_ledger(directory, create=True)  # refuses a path that is not a directory
+    try:
+        empty = not directory.exists() or next(directory.iterdir(), None) is None
+    except OSError as exc:
+        raise UsageError(f"cannot read {directory}: {exc.strerror or exc}") from exc
+    if not empty:
+        raise UsageError(
+            f"{directory} is not empty; demo records into a fresh directory: remove it or "
+            "pass another --ledger"
+        )
+
+
 @app.command()
 def demo(
     ledger: Annotated[
-        Path, typer.Option("--ledger", help="Fresh ledger directory to record into.")
+        Path, typer.Option("--ledger", help="New or empty directory to record into.")
     ] = Path("demo-ledger"),
 ) -> None:
     """Record the approval-flow example (examples/approval_flow.py), sign a checkpoint with
@@ -271,11 +292,11 @@ def demo(
 
     Runs offline with a scripted model: no API key needed.
     """
-    key_path = ledger.parent / f"{ledger.name}-signing.key"
-    if Ledger(ledger).store.exists():
-        raise UsageError(f"{ledger} already holds a ledger; remove it or pass another --ledger")
-    if key_path.exists():
-        raise UsageError(f"{key_path} exists; remove it or pass another --ledger")
+    _require_fresh(ledger)
+    target = ledger.resolve()  # "." has no name: the key goes beside the directory itself
+    key_path = target.parent / f"{target.name}-signing.key"
+    for path in (key_path, key_path.with_suffix(".vkey")):
+        check_new_key_path(path)
     script = EXAMPLES / "approval_flow.py"
     if not script.is_file():
         raise UsageError(f"{script} not found: run demo from a checkout of evidence-ledger")
@@ -324,15 +345,43 @@ def _usage_error(exc: Exception) -> str | None:
     return None
 
 
+def _split_verbose(args: list[str]) -> tuple[bool, list[str]]:
+    """Whether ``--verbose`` stands on the line as a flag, and the line without it.
+
+    It is a flag anywhere except as the value of an option that takes one
+    (``--reason --verbose``) or after ``--``: those are left as they are.
+    """
+    verbose, kept = False, []
+    takes_value: set[str] = set()
+    command = None
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--":
+            kept += [arg, *rest]
+            break
+        if arg == "--verbose":
+            verbose = True
+            continue
+        kept.append(arg)
+        if arg in takes_value:
+            kept += list(itertools.islice(rest, 1))  # its value, whatever it looks like
+        elif command is None and not arg.startswith("-"):
+            command = _command().commands.get(arg)
+            takes_value = {
+                opt for param in getattr(command, "params", ())
+                if param.param_type_name == "option" and not param.is_flag and not param.count
+                for opt in param.opts
+            }
+    return verbose, kept
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app and turn errors into exit codes once.
 
     ``--verbose`` may stand anywhere on the line. Usage errors exit 2; a
     :class:`LedgerError` exits with its own code; anything else is an internal error (1).
     """
-    args = sys.argv[1:] if argv is None else list(argv)
-    verbose = "--verbose" in args
-    args = [a for a in args if a != "--verbose"]
+    verbose, args = _split_verbose(sys.argv[1:] if argv is None else list(argv))
     try:
         code = _command().main(args=args, prog_name="evidence-ledger", standalone_mode=False)
     except (typer.Abort, KeyboardInterrupt):

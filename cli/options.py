@@ -1,11 +1,15 @@
-"""Options every command shares, defined once."""
+"""Options every command shares, defined once, and the one check of ``--ledger``."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from ledger.errors import UsageError
+from ledger.log import Ledger
 
 LedgerOpt = Annotated[
     Path | None,
@@ -18,3 +22,23 @@ LedgerOpt = Annotated[
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 """``--json``: print JSON for scripts instead of text."""
+
+
+def open_ledger(directory: Path | None, *, create: bool = False) -> Ledger:
+    """The ledger ``--ledger`` names, checked before a command touches anything.
+
+    Args:
+        directory: the option's value (see :data:`LedgerOpt`).
+        create: the command may create the ledger (a writer such as ``ingest``); else
+            the ledger must exist already.
+
+    Raises:
+        UsageError: if the path exists and is not a directory, or (unless ``create``)
+            holds no ledger. Nothing is created either way.
+    """
+    book = Ledger(directory)
+    if os.path.lexists(book.directory) and not book.directory.is_dir():
+        raise UsageError(f"{book.directory} is not a directory; --ledger names a ledger directory")
+    if not create:
+        book.require_exists()
+    return book

@@ -25,10 +25,9 @@ from rich.table import Table
 
 from ledger.export import export_ledger, parse_time, verify_export
 from ledger.index import run_query, update_index
-from ledger.log import Ledger
 
 from . import output
-from .options import JsonOpt, LedgerOpt
+from .options import JsonOpt, LedgerOpt, open_ledger
 
 __all__ = ["register"]
 
@@ -135,7 +134,7 @@ def query(
     violations, call_chains, ledger_index. A statement that writes is refused (exit 2).
     """
     with _Bar("indexing") as bar:
-        result = run_query(Ledger(ledger), sql, index, rebuild=rebuild, progress=bar)
+        result = run_query(open_ledger(ledger), sql, index, rebuild=rebuild, progress=bar)
     if format is QueryFormat.json:
         output.print_json([
             {c: _json_value(v) for c, v in zip(result.columns, row, strict=True)}
@@ -179,7 +178,7 @@ def export(
     of every file). Check it later with verify-export."""
     since_ns = parse_time(since) if since is not None else None
     until_ns = parse_time(until) if until is not None else None
-    book = Ledger(ledger)
+    book = open_ledger(ledger)
     with _Bar("indexing") as bar:
         update_index(book, index, progress=bar)
     with _Bar("exporting") as bar:
@@ -201,8 +200,7 @@ def verify_export_(
 ) -> None:
     """Check an export against the ledger: root hash at its tree size, every file's
     SHA-256, and every file's rows re-derived from the entries. Exit 0 match, 1 mismatch."""
-    book = Ledger(ledger)
-    book.require_exists()
+    book = open_ledger(ledger)
     with _Bar("re-deriving") as bar:
         check = verify_export(directory, book, progress=bar)
     if json_:

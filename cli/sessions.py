@@ -24,7 +24,6 @@ from typing import Annotated
 import typer
 
 from ledger.errors import EvidenceError, UsageError
-from ledger.log import Ledger
 from ledger.sessions import (
     MESSAGES_TABLE,
     RepairPlan,
@@ -39,7 +38,7 @@ from ledger.sessions import (
 from ledger.writer import EvidenceWriter
 
 from . import output
-from .options import JsonOpt, LedgerOpt
+from .options import JsonOpt, LedgerOpt, open_ledger
 
 __all__ = ["register"]
 
@@ -154,8 +153,7 @@ def repair_session(
     run by default; --apply backs the store up, changes it in one SQLite transaction,
     and records a session_repair entry per inserted item.
     """
-    book = Ledger(ledger)
-    book.require_exists()
+    book = open_ledger(ledger)
     if apply and not (by and by.strip()):
         raise UsageError("--apply needs --by NAME (who repairs; it is recorded)")
     writer = EvidenceWriter(book)

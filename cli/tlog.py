@@ -20,14 +20,17 @@ from ledger.checkpoint import verify_checkpoint
 from ledger.checkpoint_store import create_checkpoint
 from ledger.files import read_input
 from ledger.keys import keygen, load_signer, refuse_key_inside
-from ledger.log import Ledger
 from ledger.note import Verifier
-from ledger.proofs import prove_consistency, prove_inclusion
+from ledger.proofs import prove_consistency_checked, prove_inclusion_checked
 
-from .options import JsonOpt, LedgerOpt
+from .options import JsonOpt, LedgerOpt, open_ledger
 
 __all__ = ["register"]
 
+
+
+def _notice(line: str) -> None:
+    typer.echo(f"notice: {line}", err=True)
 
 
 def _b64(value: bytes) -> str:
@@ -78,8 +81,7 @@ def checkpoint_command(
     ledger: LedgerOpt = None,
 ) -> None:
     """Sign the current tree head as a C2SP checkpoint, store it, and print it."""
-    book = Ledger(ledger)
-    book.require_exists()
+    book = open_ledger(ledger)
     for path in key:
         refuse_key_inside(book.directory, path)
     signers = [load_signer(path) for path in key]
@@ -130,8 +132,12 @@ def inclusion_command(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print an RFC 9162 inclusion proof: leaf hash, tree size, root, audit path."""
-    proof = prove_inclusion(Ledger(ledger), seq, tree_size)
+    """Print an RFC 9162 inclusion proof: leaf hash, tree size, root, audit path.
+
+    The root and leaf hash are recomputed from log.bin and the proof is checked against
+    them; a tree/ cache that fails the check is rebuilt from the log (one notice line).
+    """
+    proof = prove_inclusion_checked(open_ledger(ledger), seq, tree_size, _notice)
     _print(proof.to_json(), as_json)
 
 
@@ -143,8 +149,12 @@ def consistency_command(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print an RFC 9162 consistency proof between two tree sizes."""
-    proof = prove_consistency(Ledger(ledger), from_, to)
+    """Print an RFC 9162 consistency proof between two tree sizes.
+
+    Both roots are recomputed from log.bin and the proof is checked against them; a
+    tree/ cache that fails the check is rebuilt from the log (one notice line).
+    """
+    proof = prove_consistency_checked(open_ledger(ledger), from_, to, _notice)
     _print(proof.to_json(), as_json)
 
 

@@ -3,6 +3,12 @@
 One pass over ``log.bin`` feeds the verifier and records the roots at every stored or
 trusted checkpoint's size; the checkpoints are then checked against those roots (see
 :func:`ledger.checkpoint_audit.check_checkpoints`).
+
+Payloads are re-hashed in the same pass. A payload an entry names that is gone, with no
+``redaction`` entry for it, is lost evidence: a ``payload_missing`` violation at the
+first entry naming it. One found in place of a payload that is not a regular file (a
+symlink, FIFO or device) is never read: it fails its digest (``integrity``), and a
+notice says what it is.
 """
 
 from __future__ import annotations
@@ -11,9 +17,35 @@ from collections.abc import Sequence
 
 from . import checkpoint_audit
 from .checkpoint_store import CheckpointStore
+from .findings import PayloadStatus
 from .log import Ledger
+from .payloads import PayloadStore
 from .sessions import pending_repair_notices
 from .verify import Report, verify_records
+
+
+class _PayloadAudit:
+    """Checks payloads for the verifier and notes those found in place of a payload that
+    are not regular files (never read: they fail their digest)."""
+
+    def __init__(self, store: PayloadStore) -> None:
+        self.store = store
+        self.unreadable: dict[bytes, str] = {}  # digest -> what the file is
+
+    def check(self, digest: bytes) -> PayloadStatus:
+        status = self.store.check(digest)
+        if status is PayloadStatus.MISMATCH and digest not in self.unreadable:
+            why = self.store.problem(digest)
+            if why is not None:
+                self.unreadable[digest] = why
+        return status
+
+    def notices(self) -> list[str]:
+        """One line per payload file that is not a regular file."""
+        return [
+            f"payload {self.store.path_for(digest)} {why}: not read"
+            for digest, why in self.unreadable.items()
+        ]
 
 
 def verify_ledger(
@@ -39,11 +71,14 @@ def verify_ledger(
         EvidenceError: if the log cannot be read.
     """
     ledger.require_exists()
+    audit = _PayloadAudit(ledger.payloads) if payloads else None
     report = verify_records(
         ledger.scan(),
-        ledger.payloads.check if payloads else None,
+        None if audit is None else audit.check,
         roots_at=checkpoint_audit.checkpoint_sizes(ledger, trusted_checkpoints),
     )
+    if audit is not None:
+        report.notices.extend(audit.notices())
     findings = checkpoint_audit.check_checkpoints(
         ledger, verifier_keys, trusted_checkpoints, tree=report
     )

@@ -47,8 +47,12 @@ the root recomputed from all N leaves must equal the checkpoint's.
 8. the verdict: the evidence rules (:mod:`ledger.rules`) re-run over the bundled entries,
    restricted to the selection, find exactly the rule violations the signed verdict
    claims. Claims no bundle can recompute (``integrity`` of the ledger's payload store,
-   checkpoint audit rules) are reported as resting on the signature;
-9. the absence claim matches the form: only a whole-log bundle proves absence.
+   checkpoint audit rules) are reported as resting on the signature; the verdict may
+   name only rules of the ledger's verifier (:data:`LEDGER_RULES`), and claim
+   violations only of rules it lists as run;
+9. the absence claim matches the form (only a whole-log bundle proves absence), and its
+   statement is word for word the one :func:`absence_statement` gives for that form and
+   the checkpoint's tree size.
 
 What a bundle proves: each bundled entry is leaf ``seq`` of the log's tree of size N,
 signed by the ledger key; the links between them hold. Absence (no other execution,
@@ -82,7 +86,7 @@ from . import merkle
 from .checkpoint import Checkpoint, verify_checkpoint
 from .entries import PAYLOAD_FIELDS, ZERO_HASH, Entry, decode_entry, entry_hash
 from .errors import EvidenceError, UsageError
-from .findings import INTEGRITY, RULES, Finding
+from .findings import INTEGRITY, PAYLOAD_MISSING, RULES, Finding
 from .note import Verifier
 from .proof_verify import verify_inclusion
 from .rules import CallState, RuleEngine
@@ -92,6 +96,7 @@ __all__ = [
     "ABSENCE_WHOLE_LOG",
     "BUNDLE_FORMAT_VERSION",
     "ENGINE_RULES",
+    "LEDGER_RULES",
     "MAX_BUNDLE_BYTES",
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
@@ -130,6 +135,15 @@ MAX_SIGNATURES = 16
 """Most DSSE signatures an envelope may carry."""
 ENGINE_RULES = tuple(rule for rule in RULES if rule != INTEGRITY)
 """The rules a bundle's entries alone let a verifier re-run (:class:`ledger.rules.RuleEngine`)."""
+LEDGER_RULES = frozenset({
+    *RULES, PAYLOAD_MISSING,
+    "checkpoint_format", "checkpoint_signature", "checkpoint_origin", "checkpoint_missing",
+    "checkpoint_size", "checkpoint_root", "checkpoint_consistency", "trusted_checkpoint",
+    "append_only",
+})
+"""Every rule the ledger's verifier can run (:func:`ledger.audit.verify_ledger`): the
+evidence rules, ``payload_missing`` and those of :mod:`ledger.checkpoint_audit`, named
+here because this module imports no storage code (a test holds them in step)."""
 
 MODES = ("call", "run", "all")
 _PAYLOAD_KEY = re.compile(r"sha256:[0-9a-f]{64}")
@@ -875,9 +889,20 @@ def _check_verdict(
             "verdict",
             f"says ok={str(pred.verdict_ok).lower()} with {len(pred.verdict)} violation(s)",
         )
+    for rule in pred.rules:
+        if rule not in LEDGER_RULES:
+            raise BundleVerdictError("verdict", f"lists {_show(rule)}, not a rule of the "
+                                     "ledger's verifier")
+    if len(set(pred.rules)) != len(pred.rules):
+        raise BundleVerdictError("verdict", "lists a rule twice")
     missing_rules = [r for r in ENGINE_RULES if r not in pred.rules]
     if missing_rules:
         raise BundleVerdictError("verdict", f"does not cover the rules {', '.join(missing_rules)}")
+    for f in pred.verdict:
+        if f.rule not in pred.rules:
+            raise BundleVerdictError(
+                "verdict", f"claims a violation of {_show(f.rule)}, a rule the verifier did not run"
+            )
     seqs = frozenset(e.seq for e in entries)
     for f in pred.verdict:
         if not finding_in_selection(f, pred.selection, seqs):
@@ -955,6 +980,10 @@ def verify_bundle(data: bytes, verifiers: Sequence[Verifier]) -> VerifiedBundle:
             f"claims proven={str(pred.absence_proven).lower()} ({pred.absence_basis[:40]}); "
             + ("a whole-log bundle proves absence" if whole_log
                else "a subset of the log cannot prove absence"),
+        )
+    if pred.absence != absence_statement(whole_log, cp.size):
+        raise BundleVerdictError(
+            "absence", "the statement is not the one a bundle of this form and tree size carries"
         )
     signer = sorted(signers)[0]
     return VerifiedBundle(

@@ -5,7 +5,8 @@ or raised for a violation). Rules:
 
 ``checkpoint_format``
     a stored checkpoint file that is not a well-formed signed note or checkpoint, or
-    an unexpected file in ``checkpoints/``.
+    not a regular file (a symlink, FIFO or device: never read), or an unexpected file
+    in ``checkpoints/``.
 ``checkpoint_signature``
     a stored checkpoint not signed by any given verifier key, or carrying a signature
     by a given key that fails (only checked when verifier keys are given).
@@ -43,6 +44,7 @@ hash store in ``tree/``, which could predate a tampered log).
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import os
 from collections.abc import Iterable, Sequence
@@ -197,7 +199,10 @@ def checkpoint_sizes(
     """
     ledger = ledger_dir if isinstance(ledger_dir, Ledger) else Ledger(ledger_dir)
     store = CheckpointStore(ledger)
-    texts = [store.read(n, p).data for n, p in store.files()[0]]
+    texts = []
+    for number, path in store.files()[0]:
+        with contextlib.suppress(EvidenceError):  # check_checkpoints reports it
+            texts.append(store.read(number, path).data)
     sizes: set[int] = set()
     for data in [*texts, *trusted_checkpoint_texts]:
         try:
@@ -303,7 +308,11 @@ def check_checkpoints(
     parsed: list[_Parsed] = []
     origin: str | None = None
     for number, path in numbered:
-        stored = store.read(number, path)
+        try:
+            stored = store.read(number, path)
+        except EvidenceError as exc:  # not a regular file, too large, unreadable
+            findings.append(CheckpointFinding("checkpoint_format", str(exc), checkpoint=number))
+            continue
         try:
             cp, signed_by = _open(stored.data, verifiers)
         except MalformedNoteError as exc:

@@ -23,9 +23,9 @@ from pathlib import Path
 from .checkpoint import Checkpoint, parse_checkpoint
 from .errors import EvidenceError, StorageError, UsageError
 from .findings import INTEGRITY
-from .fsutil import file_lock, fsync_path
+from .fsutil import NotRegularFileError, file_lock, fsync_path, problem, read_regular
 from .log import Ledger
-from .note import Signer, parse_note, sign_note
+from .note import MAX_NOTE_BYTES, Signer, parse_note, sign_note
 from .verify import verify_records
 
 __all__ = ["CHECKPOINT_DIR", "CheckpointStore", "StoredCheckpoint", "create_checkpoint"]
@@ -85,13 +85,22 @@ class CheckpointStore:
     def read(self, number: int, path: Path) -> StoredCheckpoint:
         """Read one checkpoint file.
 
+        Only a regular file of at most :data:`~ledger.note.MAX_NOTE_BYTES` bytes is read
+        (never through a symlink; a FIFO or device is refused unread, so reading never
+        blocks or runs on for ever).
+
         Raises:
-            EvidenceError: if it cannot be read.
+            EvidenceError: if it cannot be read, is not a regular file, or is too large.
         """
         try:
-            return StoredCheckpoint(number, path, path.read_bytes())
+            data = read_regular(path, MAX_NOTE_BYTES)
         except OSError as exc:
-            raise EvidenceError(f"cannot read {path}: {exc.strerror}") from exc
+            if isinstance(exc, NotRegularFileError):
+                raise EvidenceError(f"{path} {problem(exc)}: not read") from exc
+            raise EvidenceError(f"cannot read {path}: {problem(exc)}") from exc
+        if len(data) > MAX_NOTE_BYTES:
+            raise EvidenceError(f"{path} is larger than {MAX_NOTE_BYTES} bytes: not a note")
+        return StoredCheckpoint(number, path, data)
 
     def all(self) -> list[StoredCheckpoint]:
         """Every stored checkpoint, by number."""
@@ -123,7 +132,10 @@ class CheckpointStore:
         path = self.directory / f"{number:08d}.note"
         tmp = self.directory / f".tmp-{os.getpid()}-{number}"
         try:
-            with open(tmp, "wb") as fh:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)  # a leftover (or a planted symlink): never written through
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())

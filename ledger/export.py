@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -334,6 +335,9 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
     if not ok:
         raise EvidenceError(f"{MANIFEST} is not an evidence-ledger export manifest (version "
                             f"{EXPORT_FORMAT_VERSION})")
+    twice = sorted(n for n, c in Counter(f["name"] for f in manifest["files"]).items() if c > 1)
+    if twice:
+        raise EvidenceError(f"{MANIFEST} lists {twice[0]} twice (a tampered export)")
     return manifest
 
 
@@ -440,7 +444,9 @@ def verify_export(
         return check
     for f in present:
         view = VIEWS[f["view"]]
-        expected = _select(tables[view.name], view, manifest["since_ns"], manifest["until_ns"])
+        expected = _select(
+            tables[view.name], view, manifest.get("since_ns"), manifest.get("until_ns")
+        )
         if expected.num_rows != f["rows"]:
             check.problems.append(f"{f['name']}: the manifest says {f['rows']} rows, the "
                                   f"ledger gives {expected.num_rows}")

@@ -17,6 +17,13 @@ APPROVED_NOT_EXECUTED = "approved_not_executed"
 STATE_ISOLATION = "state_isolation"
 NESTED_OWNERSHIP = "nested_ownership"
 
+PAYLOAD_MISSING = "payload_missing"
+"""A payload an entry names is gone and no ``redaction`` entry erased it: lost evidence.
+
+Reported by :func:`ledger.audit.verify_ledger` when payloads are checked (not part of
+:data:`RULES`, which the pure verifier and offline bundles run without a payload store).
+"""
+
 RULES = (
     INTEGRITY,
     TOOL_LINKAGE,

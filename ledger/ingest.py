@@ -20,10 +20,15 @@ from . import schemas
 from .digests import parse_strict_json, to_text
 from .errors import IngestError, UsageError
 from .files import read_input
+from .framing import MAX_RECORD
 from .writer import EvidenceWriter, Interruption
 
 DEFAULT_RUN_ID = "default"
 SCHEMA = "ingest-event"
+MAX_LINE = MAX_RECORD
+"""Longest line taken, in bytes (an entry holds at most :data:`ledger.framing.MAX_RECORD`)."""
+MAX_PROBLEM = 200
+"""Most characters of a problem quoted in an error (a schema error may echo a huge value)."""
 
 
 @dataclass(frozen=True)
@@ -49,24 +54,35 @@ def parse_events(data: bytes) -> list[tuple[int, dict[str, Any]]]:
     Blank lines are skipped (they still count for line numbers).
 
     Raises:
-        IngestError: at the first line that is not UTF-8, not strict JSON (duplicate
-            keys, NaN and Infinity are refused), or fails the ingest schema.
+        IngestError: at the first line that is longer than :data:`MAX_LINE`, not UTF-8,
+            not strict JSON (duplicate keys, NaN and Infinity are refused), or fails the
+            ingest schema.
     """
     events = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
+        if len(raw) > MAX_LINE:
+            raise _line_error(number, f"{len(raw)} bytes, longer than the limit of {MAX_LINE}")
         if not raw.strip():
             continue
         try:
             event = parse_strict_json(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            raise IngestError(f"line {number}: not UTF-8 ({exc.reason})", number) from exc
+            raise _line_error(number, f"not UTF-8 ({exc.reason})") from exc
         except (ValueError, RecursionError) as exc:
-            raise IngestError(f"line {number}: not a JSON object ({exc})", number) from exc
+            raise _line_error(number, f"not a JSON object ({exc})") from exc
         problem = schemas.first_error(SCHEMA, event) or _not_storable(event)
         if problem is not None:
-            raise IngestError(f"line {number}: {problem}", number)
+            raise _line_error(number, problem)
         events.append((number, event))
     return events
+
+
+def _line_error(number: int, problem: object) -> IngestError:
+    """The error naming line ``number`` and its problem, cut to :data:`MAX_PROBLEM`."""
+    text = str(problem)
+    if len(text) > MAX_PROBLEM:
+        text = text[:MAX_PROBLEM] + "..."
+    return IngestError(f"line {number}: {text}", number)
 
 
 def _not_storable(event: dict[str, Any]) -> str | None:
@@ -168,7 +184,7 @@ def ingest_file(writer: EvidenceWriter, path: Path, *, again: bool = False) -> I
             try:
                 _append(writer, event)
             except UsageError as exc:
-                raise IngestError(f"line {number}: {exc}", number) from exc
+                raise _line_error(number, exc) from exc
         last = writer.size
         writer.ingest_marker(file_sha256=digest, lines=len(events), name=Path(path).name)
     return IngestResult(digest, len(events), first, last)

@@ -1,6 +1,6 @@
 """Checkpoint signing keys on disk: Ed25519 private keys in the Go ``sumdb/note`` format.
 
-A key file holds one line, ``PRIVATE+KEY+<name>+<hex8 key ID>+<base64(0x01 || seed)>``
+A key file holds one UTF-8 line, ``PRIVATE+KEY+<name>+<hex8 key ID>+<base64(0x01 || seed)>``
 (see :mod:`ledger.note`), mode 0600. The key name is the checkpoint origin.
 """
 
@@ -15,7 +15,10 @@ from .errors import StorageError, UsageError
 from .note import KeyFormatError, Signer, is_valid_name
 from .store import LOG_NAME
 
-__all__ = ["KEY_FILE_MODE", "keygen", "load_signer"]
+__all__ = [
+    "KEY_FILE_MODE", "check_new_key_path", "check_origin", "keygen", "load_signer",
+    "refuse_key_inside",
+]
 
 KEY_FILE_MODE = 0o600
 MAX_KEY_FILE = 4096
@@ -29,33 +32,64 @@ def _ledger_above(path: Path) -> Path | None:
     return None
 
 
+def check_origin(origin: str) -> None:
+    """Refuse a key name ``keygen`` would not write.
+
+    A C2SP signed-note key name is non-empty UTF-8 without Unicode spaces or ``+``; a
+    new key's name must also be printable (no control or format characters, no lone
+    surrogates from undecodable command-line bytes).
+
+    Raises:
+        UsageError: if ``origin`` is not such a name.
+    """
+    if not (is_valid_name(origin) and origin.isprintable()):
+        raise UsageError(
+            f"invalid origin {origin!r}: a key name is printable, non-empty, without "
+            "spaces or '+'"
+        )
+
+
+def check_new_key_path(path: str | os.PathLike[str]) -> None:
+    """Refuse ``path`` for a new private key file.
+
+    Raises:
+        UsageError: if it exists, or lies inside a ledger directory (whoever copies the
+            ledger would get the key).
+    """
+    target = Path(path)
+    if os.path.lexists(target):
+        raise UsageError(f"{target} already exists; refusing to overwrite a key")
+    ledger_dir = _ledger_above(target.absolute())
+    if ledger_dir is not None:
+        raise UsageError(
+            f"refusing to write a private key inside the ledger directory {ledger_dir}"
+        )
+
+
 def keygen(origin: str, out_path: str | os.PathLike[str]) -> str:
     """Create a new Ed25519 key named ``origin``; write the private key to ``out_path``.
 
-    The file is created with mode 0600 and never overwritten.
+    The file is created with mode 0600 and never overwritten; a failed write removes it,
+    so no partial key file is ever left.
 
     Args:
-        origin: key name and checkpoint origin, e.g. ``example.com/ledger``; non-empty,
-            no spaces, no ``+``.
-        out_path: where to write the private key string (a new file).
+        origin: key name and checkpoint origin, e.g. ``example.com/ledger`` (see
+            :func:`check_origin`).
+        out_path: where to write the private key string (a new file, UTF-8).
 
     Returns:
         The verifier key string ``name+hex8(keyid)+base64(0x01 || public key)``.
 
     Raises:
         UsageError: if the origin is not a valid key name, the file exists, or the path
-            lies inside a ledger directory (whoever copies the ledger would get the key).
+            lies inside a ledger directory.
         StorageError: if the file cannot be written.
     """
-    if not is_valid_name(origin):
-        raise UsageError(f"invalid origin {origin!r}: must be non-empty, without spaces or '+'")
+    check_origin(origin)
     path = Path(out_path)
-    ledger_dir = _ledger_above(path.absolute())
-    if ledger_dir is not None:
-        raise UsageError(
-            f"refusing to write a private key inside the ledger directory {ledger_dir}"
-        )
+    check_new_key_path(path)
     signer = Signer.generate(origin)
+    data = (signer.skey + "\n").encode("utf-8")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, KEY_FILE_MODE)
     except FileExistsError as exc:
@@ -64,16 +98,20 @@ def keygen(origin: str, out_path: str | os.PathLike[str]) -> str:
         raise UsageError(f"cannot create {path}: no such directory") from exc
     except OSError as exc:
         raise StorageError(f"cannot create {path}: {exc.strerror}") from exc
+    written = False
     try:
-        os.fchmod(fd, KEY_FILE_MODE)
-        os.write(fd, (signer.skey + "\n").encode("ascii"))
-        os.fsync(fd)
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), KEY_FILE_MODE)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        written = True
     except OSError as exc:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise StorageError(f"cannot write {path}: {exc.strerror}") from exc
-    os.close(fd)
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        if not written:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
     return signer.verifier.vkey
 
 
@@ -111,9 +149,9 @@ def load_signer(path: str | os.PathLike[str]) -> Signer:
     finally:
         os.close(fd)
     try:
-        text = raw.decode("ascii")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise KeyFormatError(f"key file {path} is not a private key (not ASCII)") from exc
+        raise KeyFormatError(f"key file {path} is not a private key (not UTF-8)") from exc
     if text.endswith("\n"):
         text = text[:-1]
     try:

@@ -9,8 +9,12 @@ payloads, then the log group, then makes both durable with :meth:`PayloadStore.s
 (one ``syncfs(2)`` on Linux when they share a file system, else an ``fsync`` of each
 file, directory and the log) before it is acknowledged: an acknowledged entry never
 points at a lost payload, and a group costs one sync, not one per file. (An entry that
-a crash leaves unacknowledged may survive without its payload: ``verify`` reports the
-missing payload as a notice.)
+a power loss leaves unacknowledged may survive without its payload: ``verify`` reports
+it, as every payload gone without a ``redaction`` entry, as ``payload_missing``.)
+
+Readers open only regular files here, never through a symlink and never blocking (see
+:func:`ledger.fsutil.open_regular`): a FIFO or a link to ``/dev/zero`` in place of a
+payload is never read.
 """
 
 from __future__ import annotations
@@ -20,13 +24,17 @@ import ctypes
 import ctypes.util
 import hashlib
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import StorageError
 from .findings import PayloadStatus
-from .fsutil import fsync_path
+from .fsutil import NotRegularFileError, fsync_path, open_regular, problem, read_regular
 
 PAYLOAD_DIR = "payloads"
+_CHECK_CHUNK = 1 << 20  # bytes per read when re-hashing a payload
 
 
 
@@ -113,8 +121,86 @@ class PayloadStore:
             raise StorageError(f"cannot store payload {digest.hex()}: {exc}") from exc
         return digest
 
+    def put_stream(
+        self, fill: Callable[[Callable[[bytes], object]], None], *, in_memory: int = 1 << 20
+    ) -> bytes:
+        """Store the bytes ``fill`` produces and return their 32-byte SHA-256 digest.
+
+        ``fill(write)`` calls ``write(piece)`` with each piece of the payload (bytes) in
+        order. Up to ``in_memory`` bytes are gathered and stored as :meth:`put` does;
+        beyond that the pieces are hashed and written to a temporary file in the payload
+        folder as they come, and the file is renamed to its content address: a large
+        payload is never held whole. Idempotent and made durable as :meth:`put`.
+
+        Raises:
+            StorageError: if the file cannot be written (nothing is stored).
+            Exception: whatever ``fill`` raises (nothing is stored).
+        """
+        pieces: list[bytes] = []
+        held = 0
+        hasher = hashlib.sha256()
+        tmp = f"{self._root}/.{os.getpid()}-{threading.get_ident()}.tmp"
+        spool: BinaryIO | None = None
+
+        def write(piece: bytes) -> None:
+            nonlocal held, spool
+            hasher.update(piece)
+            if spool is not None:
+                spool.write(piece)
+                return
+            pieces.append(piece)
+            held += len(piece)
+            if held > in_memory:
+                spool = self._spool(tmp)
+                spool.writelines(pieces)
+                pieces.clear()
+
+        digest: bytes | None = None
+        try:
+            try:
+                fill(write)
+            finally:
+                if spool is not None:
+                    spool.close()
+            if spool is None:
+                return self.put(b"".join(pieces))
+            digest = hasher.digest()
+            target = self._path(digest)
+            if os.path.exists(target):
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+            else:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.replace(tmp, target)
+            self._dirty.add(target)  # even when it exists: an earlier writer may not have synced it
+            return digest
+        except BaseException as exc:
+            if spool is not None:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+            if isinstance(exc, OSError):
+                name = digest.hex() if digest else "(streamed)"
+                raise StorageError(f"cannot store payload {name}: {exc}") from exc
+            raise
+
+    def _spool(self, tmp: str) -> BinaryIO:
+        """Open (truncate) the temporary file ``tmp`` in the payload folder for writing;
+        a symlink planted there is not followed.
+
+        Raises:
+            OSError: if it cannot be created.
+        """
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        try:
+            fd = os.open(tmp, flags, 0o644)
+        except FileNotFoundError:
+            os.makedirs(self._root, exist_ok=True)
+            fd = os.open(tmp, flags, 0o644)
+        return os.fdopen(fd, "wb", buffering=1 << 16)
+
     def sync(self, log_fd: int | None = None) -> None:
-        """Make every payload :meth:`put` since the last sync durable, and the log too.
+        """Make every payload put (:meth:`put`, :meth:`put_stream`) since the last sync
+        durable, and the log too.
 
         Args:
             log_fd: an open descriptor of the log, just appended to; it is made durable
@@ -159,18 +245,47 @@ class PayloadStore:
         return True
 
     def get(self, digest: bytes) -> bytes | None:
-        """The payload bytes for ``digest``, or None when absent (never stored or erased)."""
+        """The payload bytes for ``digest``, or None when absent (never stored or erased).
+
+        Only a regular file is read: a symlink, FIFO or device in its place (which could
+        block or never end) counts as absent; :meth:`check` reports it.
+        """
         try:
-            with open(self._path(digest), "rb") as fh:
-                return fh.read()
-        except (FileNotFoundError, NotADirectoryError):
+            return read_regular(self._path(digest))
+        except (FileNotFoundError, NotADirectoryError, NotRegularFileError):
             return None
 
     def check(self, digest: bytes) -> PayloadStatus:
-        """Re-hash the stored payload and compare it with ``digest``."""
-        data = self.get(digest)
-        if data is None:
+        """Re-hash the stored payload (streamed, in 1 MiB reads) and compare it with
+        ``digest``.
+
+        A path that exists but is not a readable regular file (a symlink, FIFO, device,
+        directory, or unreadable) is a :attr:`PayloadStatus.MISMATCH`: something other
+        than the payload sits there; :meth:`problem` says what.
+        """
+        try:
+            fd = open_regular(self._path(digest))
+        except (FileNotFoundError, NotADirectoryError):
             return PayloadStatus.MISSING
-        if hashlib.sha256(data).digest() != digest:
+        except OSError:
             return PayloadStatus.MISMATCH
-        return PayloadStatus.OK
+        try:
+            hasher = hashlib.sha256()
+            while chunk := os.read(fd, _CHECK_CHUNK):
+                hasher.update(chunk)
+        except OSError:
+            return PayloadStatus.MISMATCH
+        finally:
+            os.close(fd)
+        return PayloadStatus.OK if hasher.digest() == digest else PayloadStatus.MISMATCH
+
+    def problem(self, digest: bytes) -> str | None:
+        """Why the payload file for ``digest`` cannot be read (e.g. "is a symbolic link,
+        not a regular file"), or None when it is a readable regular file or absent."""
+        try:
+            os.close(open_regular(self._path(digest)))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            return problem(exc)
+        return None

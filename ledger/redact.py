@@ -3,10 +3,13 @@
 Entries hold only payload digests, so erasing a payload file changes no entry. The
 ``redaction`` entry is appended first (durable intent), then the file is removed; a crash
 in between leaves a recorded redaction whose payload still exists, and running the same
-redaction again finishes it.
+redaction again finishes it without a second entry. A payload already erased under its
+redaction is refused; one recorded again after its redaction is redacted anew.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from .entries import PAYLOAD_FIELDS
 from .errors import StorageError, UsageError
@@ -14,30 +17,60 @@ from .log import Ledger
 from .writer import EvidenceWriter
 
 
-def payload_is_named(ledger: Ledger, digest: bytes) -> bool:
-    """True when some entry names ``digest`` (32 bytes) in a payload field."""
-    return any(
-        entry.body.get(name) == digest for entry, _ in ledger.entries() for name in PAYLOAD_FIELDS
-    )
+@dataclass(frozen=True)
+class Redaction:
+    """What :func:`redact` did.
+
+    Attributes:
+        seq: seq of the ``redaction`` entry that covers the payload.
+        appended: True when that entry was appended now; False when an earlier
+            redaction, interrupted before its erase, was finished.
+        erased: True when a payload file was removed (False: it was already gone).
+    """
+
+    seq: int
+    appended: bool
+    erased: bool
 
 
-def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = None) -> bool:
-    """Record a ``redaction`` entry for ``digest`` and erase that payload.
+def _last_mentions(ledger: Ledger, digest: bytes) -> tuple[int | None, int | None]:
+    """Seqs of the last entry naming payload ``digest`` and of its last ``redaction``."""
+    named = redacted = None
+    for entry, _ in ledger.entries():
+        if entry.kind == "redaction" and entry.body["digest"] == digest:
+            redacted = entry.seq
+        elif any(entry.body.get(name) == digest for name in PAYLOAD_FIELDS):
+            named = entry.seq
+    return named, redacted
 
-    Returns True when a payload file was erased, False when it was already gone.
+
+def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = None) -> Redaction:
+    """Record a ``redaction`` entry for ``digest`` (unless one recorded after the last
+    entry naming it already covers it) and erase that payload.
 
     Raises:
-        UsageError: if no entry names that payload, or ``reason`` is empty.
+        UsageError: if no entry names that payload, ``reason`` is empty, or the payload
+            is already redacted (its redaction recorded and its file gone): nothing is
+            appended.
         StorageError: if the entry cannot be appended or the file cannot be removed.
     """
     ledger = writer.ledger
     ledger.require_exists()
     if not reason.strip():
         raise UsageError("a redaction needs a --reason")
-    if not payload_is_named(ledger, digest):
-        raise UsageError(f"no entry names payload sha256:{digest.hex()}")
-    writer.redaction(digest=digest, reason=reason, by=by)
+    with writer.atomic():  # holds the writer lock: no other redaction slips in between
+        named, redacted = _last_mentions(ledger, digest)
+        if named is None:
+            raise UsageError(f"no entry names payload sha256:{digest.hex()}")
+        appended = redacted is None or redacted < named
+        if appended:
+            writer.redaction(digest=digest, reason=reason, by=by)
+            redacted = writer.size - 1
+    assert redacted is not None
     try:
-        return ledger.payloads.erase(digest)
+        erased = ledger.payloads.erase(digest)
     except StorageError as exc:
         raise StorageError(f"redaction recorded, but {exc}") from exc
+    if not (appended or erased):
+        raise UsageError(f"payload sha256:{digest.hex()} is already redacted (seq {redacted})")
+    return Redaction(redacted, appended, erased)

@@ -38,8 +38,10 @@ decision holds as if lineage were not recorded (so partial evidence never report
 
 from __future__ import annotations
 
+import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TypeVar
 
 from .entries import Entry
 from .findings import (
@@ -58,6 +60,7 @@ from .findings import (
 from .lineage import ancestry
 
 CallKey = tuple[str, tuple[str, ...], str]
+T = TypeVar("T")
 ANY_MESSAGE = b"*"  # a rejection or block whose message was not recorded matches any output
 
 
@@ -65,11 +68,31 @@ def _digest_text(digest: bytes | None) -> str:
     return "none" if digest is None else "sha256:" + digest.hex()
 
 
+def _added(items: tuple[T, ...], item: T) -> tuple[T, ...]:
+    """``items`` with ``item`` appended unless it is already there."""
+    return items if item in items else (*items, item)
+
+
+def _items(held: T | tuple[T, ...] | None) -> tuple[T, ...]:
+    """What :func:`_held` keeps, as a tuple."""
+    if held is None:
+        return ()
+    return held if type(held) is tuple else (held,)  # type: ignore[return-value]
+
+
+def _held(held: T | tuple[T, ...] | None, item: T, unique: bool = False) -> T | tuple[T, ...]:
+    """``held`` with ``item`` added: bare while it is the only one, else a tuple."""
+    if held is None:
+        return item
+    items = _items(held)
+    return held if unique and item in items else (*items, item)
+
+
 def _scope_text(scope: tuple[str, ...]) -> str:
     return "/".join(scope) if scope else "top level"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     """A human decision as the rules see it.
 
@@ -95,7 +118,7 @@ class Decision:
     run_state: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class CallState:
     """Everything the rules know about one call identity.
 
@@ -105,6 +128,10 @@ class CallState:
     ``rejection_messages`` / ``blocks`` message digests (``ANY_MESSAGE`` when unknown),
     ``persisted`` the seqs of its persisted outputs, ``authorized_by`` the decision in
     force when it first executed (its own, or a sticky one on its tool).
+
+    The collections read as tuples (in log order, without repeats for the digest ones).
+    Most calls hold none or one of each, so one item is kept bare and an empty tuple is
+    shared: a ledger of 10^6 entries keeps about 1 KiB of state a call.
     """
 
     key: CallKey
@@ -114,18 +141,36 @@ class CallState:
     tool: str
     args_digest: bytes
     needs_approval: bool | None
-    response_id: str | None
     policy_result: bool | None = None
-    decision: Decision | None = None
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: tuple[Decision, ...] = ()
     authorized_by: Decision | None = None
-    executions: list[int] = field(default_factory=list)
     executed_at: int | None = None
-    results: set[bytes] = field(default_factory=set)
-    rejection_messages: set[bytes] = field(default_factory=set)
-    blocks: set[bytes] = field(default_factory=set)
-    persisted: list[int] = field(default_factory=list)
-    violations: list[str] = field(default_factory=list)
+    rejection_messages: tuple[bytes, ...] = ()
+    blocks: tuple[bytes, ...] = ()
+    violations: tuple[str, ...] = ()
+    held_executions: int | tuple[int, ...] | None = None
+    held_results: bytes | tuple[bytes, ...] | None = None
+    held_persisted: int | tuple[int, ...] | None = None
+
+    @property
+    def decision(self) -> Decision | None:
+        """The latest explicit decision on this call, or None."""
+        return self.decisions[-1] if self.decisions else None
+
+    @property
+    def executions(self) -> tuple[int, ...]:
+        """Seqs of its executions, in log order."""
+        return _items(self.held_executions)
+
+    @property
+    def results(self) -> tuple[bytes, ...]:
+        """Result digests (32 bytes) its executions returned, without repeats."""
+        return _items(self.held_results)
+
+    @property
+    def persisted(self) -> tuple[int, ...]:
+        """Seqs of its persisted outputs, in log order."""
+        return _items(self.held_persisted)
 
     @property
     def gated(self) -> bool:
@@ -145,15 +190,18 @@ class RuleEngine:
         self.notices: list[str] = []
         self.calls: dict[CallKey, CallState] = {}
         self.state_parents: dict[str, str | None] = {}  # run state id -> parent id
-        self._by_id: dict[tuple[str, str], list[CallKey]] = defaultdict(list)
+        # run -> call_id -> the latest call with that call_id, any scope (nested dicts keep
+        # per-call state small: no key tuple per call)
+        self._by_id: dict[str, dict[str, CallKey]] = defaultdict(dict)
+        self._scopes: dict[tuple[str, ...], tuple[str, ...]] = {}  # one tuple per scope
         self._sticky: dict[tuple[str, str, str], list[Decision]] = defaultdict(list)
         self._sessions: dict[str, Counter[str]] = defaultdict(Counter)
         # run -> call -> its latest approval, until a leg it holds in runs the call
         self._approved: dict[str, dict[CallKey, Decision]] = defaultdict(dict)
         # approvals by (run, call_id), any scope; and by (scope, call_id), any run
-        self._approvals_in_run: dict[tuple[str, str], list[Decision]] = defaultdict(list)
-        self._approvals_of_call: dict[tuple[tuple[str, ...], str], list[Decision]] = (
-            defaultdict(list)
+        self._approvals_in_run: dict[str, dict[str, tuple[Decision, ...]]] = defaultdict(dict)
+        self._approvals_of_call: dict[tuple[str, ...], dict[str, tuple[Decision, ...]]] = (
+            defaultdict(dict)
         )
 
     # -- helpers ---------------------------------------------------------------------
@@ -162,14 +210,15 @@ class RuleEngine:
         run_id, scope, call_id = key if key else (entry.body.get("run_id"), (), None)
         self.findings.append(Finding(rule, entry.seq, detail, run_id, tuple(scope), call_id))
         if key in self.calls:
-            self.calls[key].violations.append(rule)
+            call = self.calls[key]
+            call.violations = (*call.violations, rule)
 
     def _find(self, body: dict) -> CallState | None:
         key = (body["run_id"], tuple(body["scope"]), body["call_id"])
         if key in self.calls:
             return self.calls[key]
-        candidates = self._by_id.get((body["run_id"], body["call_id"]))
-        return self.calls[candidates[-1]] if candidates else None
+        latest = self._by_id.get(body["run_id"], {}).get(body["call_id"])
+        return self.calls[latest] if latest else None
 
     def find_call(self, run_id: str, scope: tuple[str, ...], call_id: str) -> CallState | None:
         """The call the rules attribute evidence naming this identity to: the exact
@@ -215,15 +264,17 @@ class RuleEngine:
 
     def _on_call(self, entry: Entry) -> None:
         b = entry.body
-        key = (b["run_id"], tuple(b["scope"]), b["call_id"])
+        scope = tuple(b["scope"])
+        run_id = sys.intern(b["run_id"])  # shared by every call of the run
+        key = (run_id, self._scopes.setdefault(scope, scope), b["call_id"])
         if key in self.calls:
             self.notices.append(f"seq {entry.seq}: call {b['call_id']} recorded twice")
             return
         self.calls[key] = CallState(
-            key, entry.seq, entry.time, b["agent"], b["tool"], b["args_digest"],
-            b["needs_approval"], b["response_id"],
+            key, entry.seq, entry.time, sys.intern(b["agent"]), sys.intern(b["tool"]),
+            b["args_digest"], b["needs_approval"],
         )
-        self._by_id[(b["run_id"], b["call_id"])].append(key)
+        self._by_id[run_id][b["call_id"]] = key
 
     def _on_tool_policy(self, entry: Entry) -> None:
         b = entry.body
@@ -245,11 +296,13 @@ class RuleEngine:
                 f"seq {entry.seq}: decision on run state {state}, which no run_state entry records"
             )
         decision = Decision(
-            b["decision"], b["args_digest"] or call.args_digest, entry.seq, b["approver"],
-            entry.time, b["always"], b["run_id"], tuple(b["scope"]), state,
+            # the call's own digest object when equal: one copy per call
+            b["decision"], call.args_digest if b["args_digest"] in (None, call.args_digest)
+            else b["args_digest"], entry.seq,
+            sys.intern(b["approver"]), entry.time, b["always"], call.key[0],
+            self._scopes.setdefault(tuple(b["scope"]), tuple(b["scope"])), state,
         )
-        call.decision = decision
-        call.decisions.append(decision)
+        call.decisions = (*call.decisions, decision)
         if b["always"]:
             self._sticky[(call.key[0], b["agent"] or call.agent, b["tool"] or call.tool)].append(
                 decision
@@ -258,12 +311,16 @@ class RuleEngine:
         if decision.decision == "approve":
             if not call.executions:  # a late approval of a call that already ran awaits nothing
                 approved[call.key] = decision
-            self._approvals_in_run[(decision.run_id, b["call_id"])].append(decision)
-            self._approvals_of_call[(decision.scope, b["call_id"])].append(decision)
+            for index in (
+                self._approvals_in_run[decision.run_id], self._approvals_of_call[decision.scope]
+            ):
+                index[b["call_id"]] = (*index.get(b["call_id"], ()), decision)
         else:
             if call.key in approved and self._holds(approved[call.key], state):
                 del approved[call.key]
-            call.rejection_messages.add(b["message_digest"] or ANY_MESSAGE)
+            call.rejection_messages = _added(
+                call.rejection_messages, b["message_digest"] or ANY_MESSAGE
+            )
 
     def _on_run_state(self, entry: Entry) -> None:
         state, parent = entry.body["state_id"], entry.body["parent"]
@@ -330,11 +387,11 @@ class RuleEngine:
                     f"{_digest_text(call.args_digest)}",
                     key,
                 )
-        call.executions.append(entry.seq)
+        call.held_executions = _held(call.held_executions, entry.seq)
         if call.executed_at is None:
             call.executed_at, call.authorized_by = entry.time, decision
         if b["result_digest"] is not None:
-            call.results.add(b["result_digest"])
+            call.held_results = _held(call.held_results, b["result_digest"], unique=True)
         approved = self._approved[key[0]]
         if key in approved and self._holds(approved[key], leg):
             del approved[key]
@@ -355,7 +412,9 @@ class RuleEngine:
                 f"approved at seq {d.seq} on run state {d.run_state}, {where}", key,
             )
             return
-        other_scope = [d for d in self._approvals_in_run[(key[0], key[2])] if d.scope != key[1]]
+        other_scope = [
+            d for d in self._approvals_in_run.get(key[0], {}).get(key[2], ()) if d.scope != key[1]
+        ]
         if other_scope:
             d = other_scope[-1]
             self._report(
@@ -369,7 +428,7 @@ class RuleEngine:
 
     def _other_runs(self, entry: Entry, key: CallKey) -> bool:
         """Report ``state_isolation`` if another run approved this scope and call_id."""
-        approvals = self._approvals_of_call.get((key[1], key[2]), [])
+        approvals = self._approvals_of_call.get(key[1], {}).get(key[2], ())
         others = [d for d in approvals if d.run_id != key[0]]
         if others:
             d = others[-1]
@@ -382,7 +441,7 @@ class RuleEngine:
     def _on_guardrail(self, entry: Entry) -> None:
         call = self._find(entry.body)
         if call is not None:
-            call.blocks.add(entry.body["message_digest"] or ANY_MESSAGE)
+            call.blocks = _added(call.blocks, entry.body["message_digest"] or ANY_MESSAGE)
         else:
             self.notices.append(
                 f"seq {entry.seq}: guardrail block for unrecorded call {entry.body['call_id']}"
@@ -395,6 +454,9 @@ class RuleEngine:
         if b["op"] == "clear":
             session.clear()
         elif b["item_type"] == "function_call" and call_id is not None:
+            known = self._by_id.get(b["run_id"], {}).get(call_id)
+            if known is not None:
+                call_id = known[2]  # the call's own string: one copy per call
             session[call_id] += 1 if b["op"] == "add" else -1
         elif b["item_type"] == "function_call_output" and call_id and b["op"] == "add":
             self._check_output(entry, session[call_id] > 0)
@@ -413,16 +475,14 @@ class RuleEngine:
         if call is None:
             self._report(OUTPUT_PROVENANCE, entry, "output of a call that was never recorded", key)
             return
-        call.persisted.append(entry.seq)
+        call.held_persisted = _held(call.held_persisted, entry.seq)
         output = b["output_digest"]
         if output in call.results:
             return
         sticky = self._effective(call)
-        rejections = call.rejection_messages | (
-            {ANY_MESSAGE} if sticky is not None and sticky.decision == "reject" else set()
-        )
-        for messages in (rejections, call.blocks):
-            if ANY_MESSAGE in messages or output in messages:
+        sticky_rejected = sticky is not None and sticky.decision == "reject"
+        for messages in (call.rejection_messages, call.blocks):
+            if sticky_rejected or ANY_MESSAGE in messages or output in messages:
                 return
         self._report(
             OUTPUT_PROVENANCE, entry,

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from .errors import EvidenceError, StorageError
 from .framing import ScanItem, TornTail, frame, scan_stream
-from .fsutil import file_lock, fsync_path
+from .fsutil import NotRegularFileError, file_lock, fsync_path, open_regular, problem
 
 LOG_NAME = "log.bin"
 LOCK_NAME = "writer.lock"
@@ -55,8 +55,28 @@ class FileLogStore:
         self.path = self.directory / LOG_NAME
 
     def exists(self) -> bool:
-        """True when the log file exists."""
-        return self.path.is_file()
+        """True when something named ``log.bin`` is in the directory (a symlink, FIFO or
+        device there is damage that :meth:`scan` reports, not "no ledger")."""
+        return os.path.lexists(self.path)
+
+    def open_fd(self) -> int:
+        """Open the log read-only and return the descriptor: only a regular file, never
+        through a symlink, never blocking (see :func:`ledger.fsutil.open_regular`).
+
+        Raises:
+            FileNotFoundError: if there is no log.
+            EvidenceError: if it is not a regular file or cannot be opened.
+        """
+        try:
+            return open_regular(self.path)
+        except FileNotFoundError:
+            raise
+        except NotRegularFileError as exc:
+            raise EvidenceError(
+                f"{self.path} {problem(exc)}: refusing to read it as the log (run verify)"
+            ) from exc
+        except OSError as exc:
+            raise EvidenceError(f"cannot read {self.path}: {problem(exc)}") from exc
 
     def scan(self, offset: int = 0, index: int = 0) -> Iterator[ScanItem]:
         """Yield :class:`Record` items, then at most one :class:`Damage` or :class:`TornTail`.
@@ -66,14 +86,13 @@ class FileLogStore:
             index: the record index of the frame at ``offset``.
 
         Raises:
-            EvidenceError: if the log file cannot be read.
+            EvidenceError: if the log file cannot be read, or is not a regular file.
         """
         try:
-            fh = open(self.path, "rb", buffering=1 << 20)  # noqa: SIM115 (closed below)
+            fd = self.open_fd()
         except FileNotFoundError:
             return
-        except OSError as exc:
-            raise EvidenceError(f"cannot read {self.path}: {exc.strerror}") from exc
+        fh = os.fdopen(fd, "rb", buffering=1 << 20)
         with fh:
             size = os.fstat(fh.fileno()).st_size
             yield from scan_stream(fh, size, offset, index)
@@ -156,7 +175,7 @@ class FileLogStore:
         """
         blob = b"".join(frame(r, i < len(records) - 1) for i, r in enumerate(records))
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND)
         except OSError as exc:
             raise StorageError(f"cannot open {self.path} for append: {exc}") from exc
         start = os.fstat(fd).st_size

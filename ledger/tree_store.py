@@ -52,11 +52,23 @@ each new full tile (to ``.tmp``, then renamed), fsyncs the appended files and on
 then replaces state.json. Bytes past the valid length of a file were left by an update
 that never committed; the next update truncates them before appending. A file shorter
 than its valid length was damaged by something else and is reported
-(:class:`EvidenceError` naming the file: delete ``tree/`` to rebuild). Readers take no
+(:class:`TreeStoreError` naming the file: delete ``tree/`` to rebuild). Readers take no
 lock: they read state.json, then only the valid prefix of nodes.bin, which no update
 changes or truncates. A version-1 store (tiles only, offsets of every 256th entry) is
 rebuilt by the next update, after the usual check that the log still holds its last
 entry.
+
+Trust: anyone who can write the ledger directory can change this store, and nothing in
+it can be checked without hashing the whole log. :meth:`TreeStore.update` and the proofs
+built from it (:func:`ledger.proofs.prove_inclusion`) trust it as it is; the proof
+commands use :func:`ledger.proofs.prove_inclusion_checked`, which verifies each proof
+against the root recomputed from the log and rebuilds the store
+(:meth:`TreeStore.rebuild`) when it does not verify. Every file here is opened only if
+it is a regular file (never through a symlink, never a FIFO or device:
+:class:`TreeStoreError`), and the store never
+writes through a symlink: temporary files are created exclusively, tile folders are
+walked by descriptor, and a ``tree/`` that is a symlink is refused (and replaced by a
+rebuild).
 """
 
 from __future__ import annotations
@@ -64,9 +76,12 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import errno
 import json
 import mmap
 import os
+import shutil
+import stat
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -76,7 +91,7 @@ from typing import Any
 
 from .errors import EvidenceError, StorageError, UsageError
 from .framing import FRAME_OVERHEAD, MAX_RECORD, MORE_FLAG, Damage, Record, TornTail
-from .fsutil import file_lock, fsync_path
+from .fsutil import NotRegularFileError, file_lock, fsync_path, open_regular, problem, read_regular
 from .log import Ledger
 from .merkle import HASH_SIZE, leaf_hash, node_hash, root_of_range
 
@@ -88,6 +103,7 @@ __all__ = [
     "TileBuilder",
     "TiledTree",
     "TreeStore",
+    "TreeStoreError",
     "node_count",
     "node_position",
     "tile_path",
@@ -110,12 +126,30 @@ _FRAME_HEADER = struct.Struct(">II")  # ledger.store frame: u32 word, u32 CRC-32
 _TILE_CACHE = 64
 _FLUSH_BYTES = 1 << 22  # buffered node and offset bytes written out during an update
 _MAP_AFTER = 256  # node reads by position before a tree maps nodes.bin
+_MAX_STATE = 1 << 20  # bytes: a state.json holds at most 8 partial tiles (~90 KB)
 
 Nodes = bytes | mmap.mmap
 """Concatenated 32-byte node hashes in post-order; slicing gives bytes."""
 ReadTile = Callable[[int, int], bytes]
 ReadNodes = Callable[[], "Nodes | NodeFile"]
 WriteTile = Callable[[int, int, bytes], None]
+
+
+class TreeStoreError(EvidenceError):
+    """The derived store in ``tree/`` is damaged, is not what it should be (a symlink,
+    FIFO or device where a file belongs), or no longer matches the log.
+
+    The log stays the evidence: deleting ``tree/`` (or :meth:`TreeStore.rebuild`)
+    rebuilds the store from it.
+
+    Attributes:
+        problem: what is wrong, without the remedy (for a one-line notice).
+    """
+
+    def __init__(self, problem: str, directory: Path | None = None) -> None:
+        where = "the tree directory" if directory is None else str(directory)
+        super().__init__(f"tree store: {problem}; delete {where} to rebuild it")
+        self.problem = problem
 
 
 def tile_path(level: int, index: int, width: int | None = None) -> str:
@@ -192,9 +226,7 @@ def _peaks_from_partials(size: int, partials: Sequence[bytes]) -> list[bytes]:
         partial = partials[tile_level] if tile_level < len(partials) else b""
         run = partial[start : start + (HASH_SIZE << b)]
         if start < 0 or len(run) != HASH_SIZE << b:
-            raise EvidenceError(
-                f"tree store: partial tile at level {tile_level} cannot hold size {size}"
-            )
+            raise TreeStoreError(f"partial tile at level {tile_level} cannot hold size {size}")
         peaks.append(_perfect_root(run))
     return peaks
 
@@ -212,7 +244,8 @@ class NodeFile:
         length: the valid prefix in bytes, ``32 * node_count(size)``.
 
     Raises:
-        EvidenceError: if the file cannot be opened or is shorter than ``length``.
+        TreeStoreError: if the file cannot be opened, is not a regular file (a symlink,
+            FIFO or device), or is shorter than ``length``.
     """
 
     def __init__(self, path: Path, length: int) -> None:
@@ -220,20 +253,14 @@ class NodeFile:
         self.length = length
         self._fd = -1
         try:
-            self._fd = os.open(path, os.O_RDONLY)
+            self._fd = open_regular(path)
             have = os.fstat(self._fd).st_size
         except OSError as exc:
             self.close()
-            raise EvidenceError(
-                f"tree store: cannot read {path} ({exc.strerror}); "
-                f"{_rebuild_hint(path.parent)}"
-            ) from exc
+            raise TreeStoreError(_unreadable(path, exc), path.parent) from exc
         if have < length:
             self.close()
-            raise EvidenceError(
-                f"tree store: {path} is {have} bytes, want at least {length}; "
-                f"{_rebuild_hint(path.parent)}"
-            )
+            raise TreeStoreError(f"{path} is {have} bytes, want at least {length}", path.parent)
 
     def __len__(self) -> int:
         return self.length
@@ -242,26 +269,26 @@ class NodeFile:
         """The 32 bytes at byte ``start`` (``start + 32 <= length``), one positioned read.
 
         Raises:
-            EvidenceError: if the read fails or comes back short.
+            TreeStoreError: if the read fails or comes back short.
         """
         try:
             data = os.pread(self._fd, HASH_SIZE, start)
         except OSError as exc:
-            raise EvidenceError(f"cannot read {self.path}: {exc.strerror}") from exc
+            raise TreeStoreError(_unreadable(self.path, exc), self.path.parent) from exc
         if len(data) != HASH_SIZE:
-            raise EvidenceError(f"{self.path} was cut short under the tree store")
+            raise TreeStoreError(f"{self.path} was cut short", self.path.parent)
         return data
 
     def map(self) -> mmap.mmap:
         """Map the valid prefix read-only (committed bytes never change); closes the file.
 
         Raises:
-            EvidenceError: if the file cannot be mapped.
+            TreeStoreError: if the file cannot be mapped.
         """
         try:
             return mmap.mmap(self._fd, self.length, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as exc:
-            raise EvidenceError(f"cannot map {self.path}: {exc}") from exc
+            raise TreeStoreError(f"cannot map {self.path}: {exc}", self.path.parent) from exc
         finally:
             self.close()
 
@@ -315,8 +342,8 @@ class TiledTree:
         for level, partial in enumerate(self._partials):
             want = ((size >> (TILE_HEIGHT * level)) & (TILE_WIDTH - 1)) * HASH_SIZE
             if len(partial) != want:
-                raise EvidenceError(
-                    f"tree store: partial tile at level {level} is {len(partial)} bytes, "
+                raise TreeStoreError(
+                    f"partial tile at level {level} is {len(partial)} bytes, "
                     f"want {want} for size {size}"
                 )
 
@@ -347,9 +374,8 @@ class TiledTree:
             if tile is None:
                 tile = self._read_tile(level, index)
                 if len(tile) != TILE_BYTES:
-                    raise EvidenceError(
-                        f"tree store: tile {tile_path(level, index)} is {len(tile)} bytes, "
-                        f"want {TILE_BYTES} (delete the tree directory to rebuild it)"
+                    raise TreeStoreError(
+                        f"tile {tile_path(level, index)} is {len(tile)} bytes, want {TILE_BYTES}"
                     )
                 if len(self._cache) >= _TILE_CACHE:
                     self._cache.clear()
@@ -366,9 +392,8 @@ class TiledTree:
             data = self._read_nodes()
             want = node_count(self.size) * HASH_SIZE
             if len(data) < want:
-                raise EvidenceError(
-                    f"tree store: {NODES_NAME} is {len(data)} bytes, want at least {want} "
-                    f"for size {self.size} (delete the tree directory to rebuild it)"
+                raise TreeStoreError(
+                    f"{NODES_NAME} is {len(data)} bytes, want at least {want} for size {self.size}"
                 )
             if not isinstance(data, NodeFile):
                 self._nodes = data
@@ -462,9 +487,8 @@ class TileBuilder:
         self._write_tile = write_tile
         self._peaks = list(_peaks_from_partials(size, partials) if peaks is None else peaks)
         if len(self._peaks) != size.bit_count():
-            raise EvidenceError(
-                f"tree store: {len(self._peaks)} subtree roots for size {size}, "
-                f"want {size.bit_count()}"
+            raise TreeStoreError(
+                f"{len(self._peaks)} subtree roots for size {size}, want {size.bit_count()}"
             )
         self._nodes = bytearray()
 
@@ -553,10 +577,7 @@ class _State:
                 version=version,
             )
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
-            raise EvidenceError(
-                f"tree store state {where} is unreadable ({exc}); delete {where.parent} "
-                "to rebuild it"
-            ) from exc
+            raise TreeStoreError(f"state {where} is unreadable ({exc})", where.parent) from exc
         return state
 
 
@@ -615,8 +636,11 @@ def _read_frame(fd: int, offset: int, skip: int) -> bytes | None:
     return None if frame is None else frame[1]
 
 
-def _rebuild_hint(directory: Path) -> str:
-    return f"delete {directory} to rebuild it"
+def _unreadable(path: Path, exc: OSError) -> str:
+    """"<path> is a symbolic link, not a regular file" / "cannot read <path> (<why>)"."""
+    if isinstance(exc, NotRegularFileError):
+        return f"{path} {problem(exc)}"
+    return f"cannot read {path} ({problem(exc)})"
 
 
 class _AppendFiles:
@@ -626,7 +650,8 @@ class _AppendFiles:
     by an update that never committed) and refuses a file shorter than that.
 
     Raises:
-        EvidenceError: if a file is missing or shorter than its valid length.
+        TreeStoreError: if a file is missing, shorter than its valid length, or not a
+            regular file (never opened through a symlink).
         StorageError: if a file cannot be opened or trimmed.
     """
 
@@ -647,7 +672,9 @@ class _AppendFiles:
 
     def _open(self, path: Path, length: int) -> Any:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT)
+        except NotRegularFileError as exc:
+            raise TreeStoreError(_unreadable(path, exc), self.directory) from exc
         except OSError as exc:
             raise StorageError(f"cannot open {path}: {exc}") from exc
         fh = os.fdopen(fd, "r+b")
@@ -656,9 +683,9 @@ class _AppendFiles:
             have = os.fstat(fd).st_size
             self._created |= have == 0
             if have < length:
-                raise EvidenceError(
-                    f"tree store: {path} is {have} bytes, want {length} for tree size "
-                    f"{self.size}; {_rebuild_hint(self.directory)}"
+                raise TreeStoreError(
+                    f"{path} is {have} bytes, want {length} for tree size {self.size}",
+                    self.directory,
                 )
             if have > length:
                 fh.truncate(length)
@@ -678,7 +705,9 @@ class _AppendFiles:
                 try:
                     out.append(os.pread(fd, HASH_SIZE, at))
                 except OSError as exc:
-                    raise EvidenceError(f"cannot read {self.nodes_path}: {exc}") from exc
+                    raise TreeStoreError(
+                        _unreadable(self.nodes_path, exc), self.directory
+                    ) from exc
         return out
 
     def append(self, nodes: bytes, offsets: bytes) -> None:
@@ -729,21 +758,24 @@ class TreeStore:
         """The committed state; ``cached``: reuse the last parse of this very file."""
         key = str(self.state_path)
         try:
-            st = os.stat(key)
+            st = os.lstat(key)
         except FileNotFoundError:
             return _EMPTY
         except OSError as exc:
-            raise EvidenceError(f"cannot read {self.state_path}: {exc.strerror}") from exc
+            raise TreeStoreError(_unreadable(self.state_path, exc), self.directory) from exc
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         hit = _STATE_CACHE.get(key)
         if cached and hit is not None and hit[0] == stamp:
             return hit[1]
         try:
-            data = self.state_path.read_bytes()
+            data = read_regular(key, _MAX_STATE)
         except FileNotFoundError:
             return _EMPTY
         except OSError as exc:
-            raise EvidenceError(f"cannot read {self.state_path}: {exc.strerror}") from exc
+            raise TreeStoreError(_unreadable(self.state_path, exc), self.directory) from exc
+        if len(data) > _MAX_STATE:
+            raise TreeStoreError(f"{self.state_path} is larger than {_MAX_STATE} bytes",
+                                 self.directory)
         state = _State.from_json(data, self.state_path)
         if len(_STATE_CACHE) >= _STATE_CACHE_SIZE:
             _STATE_CACHE.clear()
@@ -753,26 +785,24 @@ class TreeStore:
     def _read_tile(self, level: int, index: int) -> bytes:
         path = self.directory / tile_path(level, index)
         try:
-            return path.read_bytes()
+            return read_regular(path, TILE_BYTES)  # longer than a tile: refused by length
         except OSError as exc:
-            raise EvidenceError(
-                f"tree store: cannot read {path} ({exc.strerror}); "
-                f"{_rebuild_hint(self.directory)}"
-            ) from exc
+            raise TreeStoreError(_unreadable(path, exc), self.directory) from exc
 
     def tile(self, level: int, index: int) -> bytes:
         """The stored full tile ``tile/<level>/<index>``: 8,192 bytes (256 hashes).
 
         Raises:
             UsageError: if ``level`` or ``index`` is out of range.
-            EvidenceError: if the tile is missing or not 8,192 bytes.
+            TreeStoreError: if the tile is missing, not a regular file, or not 8,192
+                bytes.
         """
         tile_path(level, index)  # checks the arguments
         data = self._read_tile(level, index)
         if len(data) != TILE_BYTES:
-            raise EvidenceError(
-                f"tree store: tile {tile_path(level, index)} is {len(data)} bytes, want "
-                f"{TILE_BYTES}; {_rebuild_hint(self.directory)}"
+            raise TreeStoreError(
+                f"tile {tile_path(level, index)} is {len(data)} bytes, want {TILE_BYTES}",
+                self.directory,
             )
         return data
 
@@ -796,10 +826,15 @@ class TreeStore:
         falls back to ``(0, 0)``.
         """
         try:
-            with open(self.offsets_path, "rb") as fh:
-                raw = os.pread(fh.fileno(), _U64.size, index * _U64.size)
+            fd = open_regular(self.offsets_path)
         except OSError:
             return 0, 0
+        try:
+            raw = os.pread(fd, _U64.size, index * _U64.size)
+        except OSError:
+            return 0, 0
+        finally:
+            os.close(fd)
         if len(raw) != _U64.size:
             return 0, 0
         return _U64.unpack(raw)[0], index
@@ -812,16 +847,22 @@ class TreeStore:
         cover yet is found by walking frame headers from the start of the log.
 
         Raises:
-            EvidenceError: if an entry is missing or damaged in the log.
+            EvidenceError: if an entry is missing or damaged in the log, or the log is not
+                a regular file.
+            TreeStoreError: if ``offsets.bin`` is not a regular file, or points at no
+                readable frame.
         """
         try:
-            log_fd = os.open(self.ledger.store.path, os.O_RDONLY)
-        except OSError as exc:
-            raise EvidenceError(f"cannot read {self.ledger.store.path}: {exc.strerror}") from exc
+            log_fd = self.ledger.store.open_fd()
+        except FileNotFoundError as exc:
+            raise EvidenceError(f"cannot read {self.ledger.store.path}: no such file") from exc
         try:
-            offsets_fd = os.open(self.offsets_path, os.O_RDONLY)
-        except OSError:
+            offsets_fd = open_regular(self.offsets_path)
+        except FileNotFoundError:
             offsets_fd = -1
+        except OSError as exc:
+            os.close(log_fd)
+            raise TreeStoreError(_unreadable(self.offsets_path, exc), self.directory) from exc
         try:
             for index in indices:
                 offset, skip = 0, index
@@ -830,6 +871,11 @@ class TreeStore:
                     if len(raw) == _U64.size:
                         offset, skip = _U64.unpack(raw)[0], 0
                 data = _read_frame(log_fd, offset, skip)
+                if data is None and not skip:
+                    raise TreeStoreError(
+                        f"{self.offsets_path} points at no readable entry {index} in the log",
+                        self.directory,
+                    )
                 if data is None:
                     raise EvidenceError(f"entry {index} cannot be read from the log (run verify)")
                 yield leaf_hash(data)
@@ -850,26 +896,73 @@ class TreeStore:
 
     # -- updating ------------------------------------------------------------------
 
+    def _check_directory(self) -> None:
+        """Refuse a ``tree/`` that is a symlink or not a directory: the store never
+        writes through one (one ``lstat``).
+
+        Raises:
+            TreeStoreError: if it is.
+        """
+        try:
+            mode = os.lstat(self.directory).st_mode
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise TreeStoreError(_unreadable(self.directory, exc), self.directory) from exc
+        if not stat.S_ISDIR(mode):
+            raise TreeStoreError(f"{self.directory} is not a directory (a symlink?)",
+                                 self.directory)
+
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        with file_lock(self.directory / LOCK_NAME):
+        lock = self.directory / LOCK_NAME
+        with contextlib.suppress(OSError):
+            if not stat.S_ISREG(os.lstat(lock).st_mode):  # planted: never a lock anyone holds
+                os.unlink(lock)
+        with file_lock(lock):
             yield
 
     def _write_tile(self, level: int, index: int, data: bytes) -> None:
-        path = self.directory / tile_path(level, index)
-        tmp = path.with_name(path.name + ".tmp")
+        """Write a full tile (to ``.tmp``, then renamed), walking its folders by
+        descriptor so that no symlink inside ``tree/`` is ever followed."""
+        rel = tile_path(level, index)
+        path = self.directory / rel
+        *folders, name = rel.split("/")
+        fd = -1
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as fh:
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            for folder in folders:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(folder, 0o755, dir_fd=fd)
+                sub = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = sub
+            tmp = name + ".tmp"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
+                          dir_fd=fd)
+            with os.fdopen(out, "wb") as fh:
                 fh.write(data)
-            os.replace(tmp, path)
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR):
+                raise TreeStoreError(
+                    f"cannot write {path}: a symlink or a file where a folder belongs",
+                    self.directory,
+                ) from exc
             raise StorageError(f"cannot write {path}: {exc}") from exc
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
     def _write_state(self, state: _State) -> None:
         tmp = self.state_path.with_name(STATE_NAME + ".tmp")
         try:
-            with open(tmp, "wb") as fh:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)  # a leftover, or a planted symlink: never written through
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(state.to_json())
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -883,10 +976,9 @@ class TreeStore:
         entry is still there (one frame read and one hash; no lock)."""
         if state.version != STATE_VERSION:
             return False
-        path = self.ledger.store.path
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
+            fd = self.ledger.store.open_fd()
+        except (OSError, EvidenceError):
             return False
         try:
             if os.fstat(fd).st_size != state.end_offset:
@@ -920,18 +1012,58 @@ class TreeStore:
             A :class:`TiledTree` of every complete entry in the log, reading the node
             file.
 
+        The store's files are trusted as they are (see :meth:`rebuild`; the proof
+        commands check every proof against the root recomputed from the log).
+
         Raises:
             UsageError: if the directory holds no ledger.
-            EvidenceError: if the log is damaged, or no longer matches the store (the
-                log was rewritten or rolled back: run verify; delete ``tree/`` to
-                rebuild from the log as it is now), or a store file is short.
+            EvidenceError: if the log is damaged or not a regular file.
+            TreeStoreError: if the store no longer matches the log (the log was
+                rewritten or rolled back: run verify; delete ``tree/`` to rebuild from
+                the log as it is now), or a store file is short, unreadable, or not a
+                regular file, or ``tree/`` is a symlink.
             StorageError: if the store cannot be written.
         """
         self.ledger.require_exists()
+        self._check_directory()
         state = self._read_state()
         if not self._is_current(state):
             with self._lock():
                 state = self._catch_up(self._read_state(cached=False))
+        return self._tree(state)
+
+    def rebuild(self) -> TiledTree:
+        """Throw the store away and rebuild it from the log; return the current tree.
+
+        Everything in ``tree/`` is removed first (a symlink is removed, never followed;
+        a ``tree/`` that is a symlink or a file is replaced by a fresh folder), then every
+        entry of the log is hashed again: O(n). The result is byte-identical to a store
+        built by :meth:`update` from nothing.
+
+        Raises:
+            UsageError: if the directory holds no ledger.
+            EvidenceError: if the log is damaged or not a regular file.
+            StorageError: if the store cannot be removed or written.
+        """
+        self.ledger.require_exists()
+        try:
+            try:
+                self._check_directory()
+            except TreeStoreError:
+                os.unlink(self.directory)  # a symlink or a file: removed, not followed
+            with self._lock():
+                with os.scandir(self.directory) as found:
+                    for item in found:
+                        if item.name == LOCK_NAME:
+                            continue
+                        if item.is_dir(follow_symlinks=False):
+                            shutil.rmtree(item.path)
+                        else:
+                            os.unlink(item.path)
+                _STATE_CACHE.pop(str(self.state_path), None)
+                state = self._catch_up(_EMPTY)
+        except OSError as exc:
+            raise StorageError(f"cannot rebuild {self.directory}: {exc}") from exc
         return self._tree(state)
 
     def _catch_up(self, state: _State) -> _State:
@@ -946,10 +1078,10 @@ class TreeStore:
                 or first.end != state.end_offset
                 or leaf_hash(first.data) != state.last_leaf
             ):
-                raise EvidenceError(
+                raise TreeStoreError(
                     f"the log no longer matches the tree store at seq {state.size - 1} "
-                    "(rewritten or rolled back?): run verify; delete "
-                    f"{self.directory} to rebuild the store from the log as it is"
+                    "(rewritten or rolled back?): run verify",
+                    self.directory,
                 )
         upgrade = state.version != STATE_VERSION
         if upgrade:  # an older layout: the log still matches it; rebuild from the start

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from . import merkle
 from .entries import PAYLOAD_FIELDS, ZERO_HASH, decode_entry, entry_hash
 from .errors import EncodingError, UsageError
-from .findings import INTEGRITY, RULES, Finding, PayloadStatus
+from .findings import INTEGRITY, PAYLOAD_MISSING, RULES, Finding, PayloadStatus
 from .framing import Damage, Record, ScanItem, TornTail
 from .rules import CallState, RuleEngine
 
@@ -91,7 +91,9 @@ def verify_records(
         items: :class:`Record` items, then at most one :class:`Damage` or
             :class:`TornTail` (as :meth:`ledger.store.FileLogStore.scan` yields them).
         payload_check: maps a 32-byte payload digest to a :class:`PayloadStatus`;
-            None skips payload checks.
+            None skips payload checks. With it, a payload that is missing and that no
+            ``redaction`` entry erased is a ``payload_missing`` violation at the first
+            seq naming it (lost evidence), and the rule is listed as run.
         roots_at: tree sizes whose root hashes to keep in :attr:`Report.roots` (those of
             stored and trusted checkpoints), taken in the same pass.
 
@@ -166,12 +168,20 @@ def verify_records(
     erased = [d for d in missing if d in redacted]
     if erased:
         report.notices.append(f"{len(erased)} payload(s) redacted (entries and proofs unaffected)")
-    for digest, seq in missing.items():
-        if digest not in redacted:
-            report.notices.append(f"seq {seq}: payload sha256:{digest.hex()} is missing")
+    lost = [
+        Finding(
+            PAYLOAD_MISSING, seq, f"payload sha256:{digest.hex()} (named by seq {seq}) is "
+            "missing and no redaction entry erased it: evidence was lost",
+        )
+        for digest, seq in missing.items() if digest not in redacted
+    ]
+    if payload_check is not None:
+        report.rules = (*RULES, PAYLOAD_MISSING)
     report.tree_size = tree.size
     report.root_hash = tree.root()
-    report.violations = sorted(integrity + engine.findings, key=lambda f: (f.seq is None, f.seq))
+    report.violations = sorted(
+        integrity + lost + engine.findings, key=lambda f: (f.seq is None, f.seq)
+    )
     report.notices = report.notices + engine.notices
     report.calls = engine.calls
     return report

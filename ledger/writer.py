@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from . import digests, encoding
 from .entries import ZERO_HASH, Entry, entry_hash
 from .errors import UsageError
+from .framing import MAX_RECORD
 from .log import Ledger, Tail
 
 Scope = tuple[str, ...]
@@ -59,7 +60,21 @@ def item_bytes(item: Any) -> bytes:
     try:
         return digests.canonical_json(item)
     except ValueError:
-        return json.dumps(item, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
+        return _fallback_bytes(item)
+
+
+def _fallback_bytes(item: Any) -> bytes:
+    """The :func:`item_bytes` of a value RFC 8785 refuses: sorted ``json.dumps``, UTF-8."""
+    return json.dumps(item, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
+
+
+def item_sha256(item: Any) -> bytes:
+    """SHA-256 (32 bytes) of :func:`item_bytes` of ``item``, hashed as the canonical JSON
+    is written (see :func:`digests.jcs_sha256`) rather than from bytes held whole."""
+    try:
+        return digests.jcs_sha256(item)
+    except (ValueError, RecursionError):
+        return digests.sha256(_fallback_bytes(item))
 
 
 class EvidenceWriter:
@@ -180,6 +195,8 @@ class EvidenceWriter:
 
         Raises:
             EncodingError: if the body holds a value the canonical encoding refuses.
+            UsageError: if the entry is longer than a log record may be
+                (:data:`~ledger.framing.MAX_RECORD` bytes); nothing is appended.
             StorageError: if the write fails.
         """
         with self.atomic():
@@ -193,6 +210,11 @@ class EvidenceWriter:
                 refs=tuple(refs),
             )
             data = entry.to_bytes()
+            if len(data) > MAX_RECORD:
+                raise UsageError(
+                    f"a {kind} entry of {len(data)} bytes exceeds the record limit of "
+                    f"{MAX_RECORD} bytes"
+                )
             hash_ = entry_hash(data)
             self._group.append(data)
             self._next = Tail(entry.seq + 1, hash_, 0)
@@ -202,6 +224,29 @@ class EvidenceWriter:
     def _put(self, data: bytes) -> bytes:
         with self._lock:  # a sync of another thread's group never drops it from its dirty set
             return self.ledger.payloads.put(data)
+
+    def _put_text(self, text: str) -> bytes:
+        """Store the UTF-8 bytes of ``text`` (an arguments string; lone surrogates kept) as
+        a payload and return their 32-byte SHA-256. A long text is encoded and written
+        piece by piece (see :func:`digests.utf8_chunks`), never held as bytes whole."""
+
+        def fill(write: Callable[[bytes], object]) -> None:
+            for piece in digests.utf8_chunks(text):
+                write(piece)
+
+        with self._lock:
+            return self.ledger.payloads.put_stream(fill)
+
+    def _put_item(self, item: Any) -> bytes:
+        """Store :func:`item_bytes` of ``item`` as a payload and return their 32-byte
+        SHA-256. The canonical JSON is written as it is produced (see
+        :func:`digests.jcs_dump`): an item holding a long string is not copied whole."""
+        with self._lock:
+            try:
+                return self.ledger.payloads.put_stream(
+                    lambda write: digests.jcs_dump(item, write))
+            except (ValueError, RecursionError):
+                return self.ledger.payloads.put(_fallback_bytes(item))
 
     def _call_refs(self, run_id: str, scope: Sequence[str] | None, call_id: str) -> list[bytes]:
         found = self.find_call(run_id, scope, call_id)
@@ -256,7 +301,7 @@ class EvidenceWriter:
         body = {
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
             "tool": tool, "args_digest": args.digest, "args_form": args.form,
-            "args_payload": self._put(args.raw), "needs_approval": needs_approval,
+            "args_payload": self._put_text(arguments), "needs_approval": needs_approval,
             "response_id": response_id,
         }
         return self.append("call", body, [], time_ns)
@@ -334,7 +379,7 @@ class EvidenceWriter:
         body = {
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
             "tool": tool, "args_digest": args.digest, "args_form": args.form,
-            "args_payload": self._put(args.raw), "result_digest": result_digest,
+            "args_payload": self._put_text(arguments), "result_digest": result_digest,
             "error": error, "run_state": run_state,
         }
         return self.append("execution", body, self._call_refs(run_id, scope, call_id), time_ns)
@@ -364,7 +409,7 @@ class EvidenceWriter:
         if item is not None:
             item_type = item.get("type") or ("message" if "role" in item else None)
             call_id = item.get("call_id")
-            item_digest = self._put(item_bytes(item))
+            item_digest = self._put_item(item)
             if item_type == "function_call_output" and "output" in item:
                 try:
                     output_digest = self._put(digests.output_bytes(item["output"]))
@@ -449,7 +494,7 @@ class EvidenceWriter:
         if event not in STATE_EVENTS:
             raise UsageError(f"run state event must be one of {STATE_EVENTS}, not {event!r}")
         if state is not None:
-            digest = digests.sha256(item_bytes(state))
+            digest = item_sha256(state)
         pending = []
         for item in interruptions:
             fields = {
@@ -535,7 +580,7 @@ class EvidenceWriter:
                 "repair_id": repair_id, "session_id": session_id, "store": store,
                 "backup": backup, "tool": name,
                 "args_digest": digests.arguments_digest(arguments).digest,
-                "item_digest": self._put(item_bytes(item)), "position": position,
+                "item_digest": self._put_item(item), "position": position,
                 "history_digest": history_digest, "by": by,
             }
             return self.append("session_repair", body, [call_hash], time_ns)

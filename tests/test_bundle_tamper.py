@@ -218,6 +218,35 @@ def absence_claimed(s: Doc, env: Doc, keys: Any) -> None:
     s["predicate"]["absence"].update(proven=True, basis="whole-log")
 
 
+def absence_statement_rewritten(s: Doc, env: Doc, keys: Any) -> None:
+    s["predicate"]["absence"]["statement"] = "No other execution exists anywhere. Trust us."
+
+
+def absence_statement_size_changed(s: Doc, env: Doc, keys: Any) -> None:
+    absence = s["predicate"]["absence"]
+    absence["statement"] = absence["statement"].replace("tree size ", "tree size 1")
+
+
+def verdict_unknown_rule_claimed(s: Doc, env: Doc, keys: Any) -> None:
+    s["predicate"]["verdict"]["violations"].append({
+        "rule": "made_up_rule", "run_id": None, "scope": [], "call_id": None, "seq": None,
+        "detail": "the ledger key says so",
+    })
+
+
+def verdict_unknown_rule_listed(s: Doc, env: Doc, keys: Any) -> None:
+    s["predicate"]["verdict"]["rules"].append("made_up_rule")
+
+
+def verdict_rule_not_run_claimed(s: Doc, env: Doc, keys: Any) -> None:
+    verdict = s["predicate"]["verdict"]
+    verdict["rules"].remove("append_only")
+    verdict["violations"].append({
+        "rule": "append_only", "run_id": None, "scope": [], "call_id": None, "seq": None,
+        "detail": "rolled back",
+    })
+
+
 def payload_byte(s: Doc, env: Doc, keys: Any) -> None:
     payloads = s["predicate"]["payloads"]
     first = sorted(payloads)[0]
@@ -286,6 +315,16 @@ CASES = [
          "verdict: says ok=true with 1 violation(s)"),
     Case("absence-claimed-resigned", absence_claimed, True,
          "absence: claims proven=true (whole-log); a subset of the log cannot prove absence"),
+    Case("absence-statement-rewritten-resigned", absence_statement_rewritten, True,
+         "absence: the statement is not the one a bundle of this form and tree size carries"),
+    Case("absence-statement-size-changed-resigned", absence_statement_size_changed, True,
+         "absence: the statement is not the one a bundle of this form and tree size carries"),
+    Case("verdict-unknown-rule-claimed-resigned", verdict_unknown_rule_claimed, True,
+         "verdict: claims a violation of 'made_up_rule', a rule the verifier did not run"),
+    Case("verdict-unknown-rule-listed-resigned", verdict_unknown_rule_listed, True,
+         "verdict: lists 'made_up_rule', not a rule of the ledger's verifier"),
+    Case("verdict-rule-not-run-claimed-resigned", verdict_rule_not_run_claimed, True,
+         "verdict: claims a violation of 'append_only', a rule the verifier did not run"),
     Case("payload-byte-flipped", payload_byte, False, SIG),
     Case("payload-byte-flipped-resigned", payload_byte, True, "its bytes hash to"),
     Case("payload-unnamed-added-resigned", payload_unnamed, True, "is named by no bundled entry"),
@@ -378,3 +417,15 @@ def test_every_byte_of_a_proof_and_of_the_checkpoint(signed):
         statement["predicate"]["checkpoint"] = note[:at] + chr(ord(note[at]) ^ 0x01) + note[at + 1:]
         with pytest.raises(BundleError, match="checkpoint"):
             verify_bundle(_resigned(signed, statement), [key.verifier])
+
+
+def test_the_offline_verifier_knows_every_rule_the_ledger_verifier_runs(tmp_path):
+    from ledger import checkpoint_audit
+    from ledger.audit import verify_ledger
+    from ledger.bundle_verify import LEDGER_RULES
+    from ledger.log import Ledger
+
+    ingest(tmp_path)
+    for payloads in (True, False):
+        assert set(verify_ledger(Ledger(tmp_path), payloads=payloads).rules) <= LEDGER_RULES
+    assert set(checkpoint_audit.RULES) <= LEDGER_RULES

@@ -1,8 +1,15 @@
 """Inputs from an adversarial trial: each once made a command lose data, leak or crash."""
 
+import json
 import os
 
-from tests.helpers import ingest, run_cli
+import pytest
+
+from cli.main import _command
+from ledger import keys
+from ledger import writer as writer_mod
+from ledger.framing import MAX_RECORD
+from tests.helpers import DATA, ingest, run_cli
 
 
 def _keyed(tmp_path):
@@ -60,3 +67,211 @@ def test_fifos_and_unstorable_ingest_lines_are_bad_input(tmp_path):
         events.write_text(line + "\n")
         result = run_cli("ingest", str(events), "--ledger", str(tmp_path / "l"))
         assert result.code == 2 and "line 1" in result.err, (line, result.err)
+
+
+# -- a second trial ------------------------------------------------------------------------
+
+ZERO = "sha256:" + "0" * 64
+
+
+def _one_line(result) -> bool:
+    return result.err.count("\n") == 1 and "Traceback" not in result.err
+
+
+def _ledger_args(tmp_path, key) -> dict[str, list[str]]:
+    """Arguments of every command that takes --ledger (all but --ledger itself)."""
+    return {
+        "ingest": [str(DATA / "rules" / "valid.jsonl")],
+        "verify": [], "log": [], "trace": ["c-1"],
+        "redact": ["--digest", ZERO, "--reason", "r"],
+        "checkpoint": ["--key", str(key)],
+        "inclusion": ["--seq", "0"], "consistency": ["--from", "1"],
+        "query": ["SELECT 1"],
+        "export": ["--format", "csv", "--out", str(tmp_path / "export")],
+        "verify-export": [str(tmp_path)],
+        "repair-session": [str(tmp_path / "session.jsonl")],
+        "prove": ["--all", "--key", str(key), "--out", str(tmp_path / "bundle.json")],
+        "demo": [],
+    }
+
+
+def test_every_command_taking_a_ledger_is_listed_here(tmp_path):
+    taking = {name for name, command in _command().commands.items()
+              if any("--ledger" in getattr(p, "opts", ()) for p in command.params)}
+    assert taking == set(_ledger_args(tmp_path, "k"))
+
+
+def test_a_ledger_path_that_is_a_regular_file_is_bad_usage(tmp_path):
+    _, key = _keyed(tmp_path)
+    target = tmp_path / "file"
+    target.write_text("not a ledger")
+    for name, args in _ledger_args(tmp_path, key).items():
+        result = run_cli(name, *args, "--ledger", str(target))
+        assert result.code == 2 and _one_line(result), (name, result.err)
+        assert "not a directory" in result.err, (name, result.err)
+        assert target.read_text() == "not a ledger"
+
+
+def test_only_writers_create_a_missing_ledger(tmp_path):
+    _, key = _keyed(tmp_path)
+    missing = tmp_path / "missing" / "ledger"
+    for name, args in _ledger_args(tmp_path, key).items():
+        if name in ("ingest", "demo"):
+            continue
+        result = run_cli(name, *args, "--ledger", str(missing))
+        assert result.code == 2 and _one_line(result), (name, result.err)
+        assert f"no ledger at {missing}" in result.err, (name, result.err)
+        assert not (tmp_path / "missing").exists(), name
+
+
+def test_an_oversized_ingest_line_is_bad_input_naming_the_line(tmp_path):
+    ledger, _ = _keyed(tmp_path)
+    before = (ledger / "log.bin").read_bytes()
+    events = tmp_path / "big.jsonl"
+    small = '{"kind":"run_end","status":"completed","run_id":"big"}'
+    big = json.dumps({"kind": "call", "call_id": "c", "agent": "a", "tool": "t",
+                      "arguments": "{}", "response_id": "x" * MAX_RECORD})
+    events.write_text(small + "\n" + big + "\n")
+    result = run_cli("ingest", str(events), "--ledger", str(ledger))
+    assert result.code == 2 and _one_line(result) and "line 2" in result.err, result.err[:300]
+    assert len(result.err) < 300
+    assert (ledger / "log.bin").read_bytes() == before
+
+
+def test_a_schema_error_never_echoes_a_huge_value(tmp_path):
+    events = tmp_path / "long.jsonl"
+    events.write_text(json.dumps({"kind": "call", "call_id": "c" * 100_000, "agent": "a",
+                                  "tool": "t", "arguments": "{}"}) + "\n")
+    result = run_cli("ingest", str(events), "--ledger", str(tmp_path / "l"))
+    assert result.code == 2 and _one_line(result) and "line 1" in result.err
+    assert len(result.err) < 500
+
+
+def test_verbose_is_only_stripped_as_a_flag_never_as_an_option_value(tmp_path):
+    ledger, _ = _keyed(tmp_path)
+    digest = _first_call_args(ledger)
+    result = run_cli("redact", "--ledger", str(ledger), "--digest", digest,
+                     "--reason", "--verbose", "--by", "--verbose")
+    assert result.code == 0, result.err
+    body = json.loads(run_cli("log", "--ledger", str(ledger), "--json").out)[-1]["body"]
+    assert body["reason"] == "--verbose" and body["by"] == "--verbose"
+    for args in (["--verbose", "log"], ["log", "--verbose"]):
+        verbose = run_cli(*args, "--ledger", str(tmp_path / "none"))
+        assert verbose.code == 2 and "Traceback" in verbose.err, args
+
+
+def test_verify_export_refuses_a_manifest_listing_a_file_twice(tmp_path):
+    ledger, _ = _keyed(tmp_path)
+    out = tmp_path / "export"
+    assert run_cli("export", "--ledger", str(ledger), "--format", "csv",
+                   "--out", str(out)).code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"].append(manifest["files"][0])
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("verify-export", str(out), "--ledger", str(ledger))
+    assert result.code == 1 and _one_line(result) and "twice" in result.err, result.err
+
+
+def test_verify_export_takes_a_manifest_without_a_time_range(tmp_path):
+    ledger, _ = _keyed(tmp_path)
+    out = tmp_path / "export"
+    assert run_cli("export", "--ledger", str(ledger), "--format", "csv",
+                   "--out", str(out)).code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    for key in ("since_ns", "until_ns"):
+        manifest.pop(key, None)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("verify-export", str(out), "--ledger", str(ledger))
+    assert result.code == 0, result.err
+
+
+def _tree(path):
+    return sorted((p.relative_to(path), p.stat().st_size) for p in path.rglob("*"))
+
+
+def test_demo_refuses_a_directory_that_is_not_empty_touching_nothing(tmp_path, monkeypatch):
+    (tmp_path / "keep.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    for target, why in ((".", "fresh"), (str(tmp_path), "fresh"), ("keep.txt", "not a directory")):
+        result = run_cli("demo", "--ledger", target)
+        assert result.code == 2 and _one_line(result) and why in result.err, (target, result.err)
+        assert _tree(tmp_path) == before
+
+
+def test_demo_into_the_current_empty_directory_keeps_its_key_outside(tmp_path, monkeypatch):
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    monkeypatch.chdir(fresh)
+    result = run_cli("demo", "--ledger", ".")
+    assert result.code == 0, result.err
+    assert (tmp_path / "fresh-signing.key").is_file() and (fresh / "log.bin").is_file()
+
+
+def _first_call_args(ledger) -> str:
+    calls = json.loads(run_cli("log", "--ledger", str(ledger), "--kind", "call", "--json").out)
+    digest: str = calls[0]["body"]["args_payload"]
+    return digest
+
+
+def test_redacting_a_payload_twice_appends_nothing_the_second_time(tmp_path):
+    ledger, _ = _keyed(tmp_path)
+    digest = _first_call_args(ledger)
+    args = ("redact", "--ledger", str(ledger), "--digest", digest, "--reason", "r")
+    assert run_cli(*args).code == 0
+    seq = len(json.loads(run_cli("log", "--ledger", str(ledger), "--json").out)) - 1
+    before = (ledger / "log.bin").read_bytes()
+    again = run_cli(*args)
+    assert again.code == 2 and _one_line(again), again.err
+    assert f"payload {digest} is already redacted (seq {seq})" in again.err
+    assert (ledger / "log.bin").read_bytes() == before
+
+
+@pytest.mark.parametrize("origin", ["", "has space", "a+b", "tab\there", "bell\x07",
+                                    "bad\udcffbyte", "nbsp\u00a0x", "zero\u200bwidth"])
+def test_keygen_refuses_an_invalid_origin_creating_no_file(tmp_path, origin):
+    out = tmp_path / "k.key"
+    result = run_cli("keygen", "--origin", origin, "--out", str(out))
+    assert result.code == 2 and _one_line(result), result.err
+    assert "invalid origin" in result.err and not out.exists()
+
+
+def test_keygen_takes_a_printable_utf8_origin_and_the_key_signs(tmp_path):
+    ledger = tmp_path / "l"
+    ingest(ledger)
+    key = tmp_path / "k.key"
+    result = run_cli("keygen", "--origin", "exämple.org/日志", "--out", str(key))
+    assert result.code == 0, result.err
+    vkey = result.out.strip()
+    assert vkey.startswith("exämple.org/日志+")
+    assert run_cli("checkpoint", "--ledger", str(ledger), "--key", str(key)).code == 0
+    assert run_cli("verify", "--ledger", str(ledger), "--verifier-key", vkey).code == 0
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), RuntimeError("boom")])
+def test_keygen_leaves_no_partial_key_file_when_the_write_fails(tmp_path, monkeypatch, error):
+    def fail(fd):
+        raise error
+
+    monkeypatch.setattr(keys.os, "fsync", fail)
+    out = tmp_path / "k.key"
+    result = run_cli("keygen", "--origin", "example.com/log", "--out", str(out))
+    assert result.code == 1 and _one_line(result), result.err
+    assert not out.exists()
+
+
+def test_an_ingest_line_whose_entry_exceeds_the_record_limit_names_the_line(
+    tmp_path, monkeypatch
+):
+    # a line under the line limit whose entry is over the record limit (lowered here so
+    # the test stays fast; at 16 MB a run_state of ~400k tiny interruptions does it)
+    monkeypatch.setattr(writer_mod, "MAX_RECORD", 64 * 1024)
+    ledger, _ = _keyed(tmp_path)
+    before = (ledger / "log.bin").read_bytes()
+    events = tmp_path / "wide.jsonl"
+    events.write_text(json.dumps({"kind": "call", "call_id": "c", "agent": "a", "tool": "t",
+                                  "arguments": "{}", "response_id": "x" * 70_000}) + "\n")
+    result = run_cli("ingest", str(events), "--ledger", str(ledger))
+    assert result.code == 2 and _one_line(result) and "line 1" in result.err, result.err[:300]
+    assert "exceeds the record limit" in result.err
+    assert (ledger / "log.bin").read_bytes() == before

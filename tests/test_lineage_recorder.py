@@ -26,7 +26,8 @@ from agents import Agent, RunState
 from ledger import digests
 from ledger.audit import verify_ledger
 from ledger.entries import Entry
-from ledger.integrations.openai_agents import RUN_STATE_KEY, Recorder, state_id
+from ledger.integrations.openai_agents import Recorder
+from ledger.integrations.run_states import RUN_STATE_KEY, state_id
 from ledger.lineage import run_state_forest
 from ledger.log import Ledger
 

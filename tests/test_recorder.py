@@ -31,13 +31,9 @@ from agents.version import __version__ as SDK_VERSION
 from ledger.audit import verify_ledger
 from ledger.entries import Entry
 from ledger.errors import UsageError
-from ledger.integrations.openai_agents import (
-    RUN_ID_KEY,
-    RUN_STATE_KEY,
-    RecordedSession,
-    Recorder,
-    state_run_id,
-)
+from ledger.integrations.openai_agents import Recorder
+from ledger.integrations.recorded_session import RecordedSession
+from ledger.integrations.run_states import RUN_ID_KEY, RUN_STATE_KEY, state_run_id
 from ledger.log import Ledger
 
 pytestmark = pytest.mark.anyio

@@ -33,7 +33,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 
 from ledger.audit import verify_ledger
 from ledger.errors import StorageError, UsageError
-from ledger.integrations import openai_agents
+from ledger.integrations import group_commit, openai_agents
 from ledger.integrations.openai_agents import Recorder
 from ledger.log import Ledger
 
@@ -400,7 +400,7 @@ sys.path.insert(0, {str(REPO)!r})
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 from agents import Agent, RunState, SQLiteSession, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-from ledger.integrations import openai_agents
+from ledger.integrations import group_commit, openai_agents
 from ledger.integrations.openai_agents import Recorder
 counter = itertools.count()
 openai_agents.uuid = types.SimpleNamespace(
@@ -443,7 +443,7 @@ def test_a_crash_mid_leg_leaves_a_valid_prefix_of_the_legs_evidence(tmp_path: Pa
 
 
 ABANDON = SCRIPT_HEAD + """
-openai_agents.GROUP_WINDOW = 3600.0  # the flusher would wait for an hour
+group_commit.GROUP_WINDOW = 3600.0  # the flusher would wait for an hour
 
 steps = [ModelStep(output=[function_call("lookup", {"key": "k0"}, call_id="l0")]),
          ModelStep(output=[assistant_message("done")])]
@@ -485,7 +485,7 @@ def test_an_abandoned_recorder_lets_the_interpreter_exit_and_appends_its_queue(
 async def test_flusher_threads_are_daemons_that_end_when_idle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(openai_agents, "FLUSHER_IDLE", 0.05)
+    monkeypatch.setattr(group_commit, "FLUSHER_IDLE", 0.05)
     await Recorder(tmp_path).run(lookup_agent(), "go")
 
     flushers = [t for t in threading.enumerate() if t.name == FLUSHER]

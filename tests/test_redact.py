@@ -40,13 +40,18 @@ def test_redacting_an_unknown_digest_is_bad_usage(tmp_path):
 
 
 def test_redaction_again_finishes_an_interrupted_one(tmp_path):
+    from ledger.writer import EvidenceWriter
+
     _ingested(tmp_path)
     call = json.loads(run_cli("log", "--ledger", str(tmp_path), "--kind", "call", "--json").out)[0]
     digest = call["body"]["args_payload"]
-    args = ("redact", "--ledger", str(tmp_path), "--digest", digest, "--reason", "r")
-    assert run_cli(*args).code == 0
-    again = run_cli(*args)
-    assert again.code == 0 and "already gone" in again.out
+    # the redaction entry is durable, then the process died before erasing the payload
+    EvidenceWriter(tmp_path).redaction(digest=bytes.fromhex(digest[7:]), reason="r")
+    before = (tmp_path / "log.bin").read_bytes()
+    again = run_cli("redact", "--ledger", str(tmp_path), "--digest", digest, "--reason", "r")
+    assert again.code == 0 and "finished the redaction recorded at seq" in again.out, again.err
+    assert Ledger(tmp_path).payloads.get(bytes.fromhex(digest[7:])) is None
+    assert (tmp_path / "log.bin").read_bytes() == before
 
 
 def test_a_payload_recorded_again_after_its_redaction_is_stored_again(tmp_path):

@@ -18,10 +18,10 @@ import pytest
 from agents import SQLiteSession
 from agents.memory import SessionSettings
 
-from ledger import sessions as doctor
 from ledger.errors import EvidenceError, UsageError
 from ledger.log import Ledger
 from ledger.sessions import (
+    apply_store,
     apply_store_repair,
     load_evidence,
     pending_repair_notices,
@@ -329,7 +329,7 @@ def _plan(store: Path, ledger: Path):
 def test_failure_after_the_inserts_before_commit_leaves_the_old_state(case, monkeypatch):
     store, ledger = case
     before_rows, ledger_size = rows(store), len(list(Ledger(ledger).entries()))
-    rewrite = doctor._rewrite_session
+    rewrite = apply_store._rewrite_session
 
     def rewrite_then_crash(conn, table, plan):
         rewrite(conn, table, plan)
@@ -337,7 +337,7 @@ def test_failure_after_the_inserts_before_commit_leaves_the_old_state(case, monk
         assert len(conn.execute("SELECT id FROM agent_messages").fetchall()) == len(before_rows) + 1
         raise RuntimeError("crash before commit")
 
-    monkeypatch.setattr(doctor, "_rewrite_session", rewrite_then_crash)
+    monkeypatch.setattr(apply_store, "_rewrite_session", rewrite_then_crash)
     with pytest.raises(RuntimeError, match="crash before commit"):
         apply_store_repair(_plan(store, ledger), EvidenceWriter(ledger), by="alice")
     assert rows(store) == before_rows  # ...and gone, with every trace of the attempt
@@ -355,7 +355,7 @@ def test_failing_commit_keeps_the_marker_until_settled(case, monkeypatch):
     def failing_commit(conn):
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(doctor, "_commit", failing_commit)
+    monkeypatch.setattr(apply_store, "_commit", failing_commit)
     result = run_cli("repair-session", str(store), "--ledger", str(ledger), "--apply",
                      "--by", "alice")
     assert result.code == 1 and "disk I/O error" in result.err
@@ -411,13 +411,13 @@ def test_failure_after_commit_before_the_entry_leaves_a_marker_then_settles(case
 
 _KILL = """
 import os, sys
-from ledger import sessions
+from ledger.sessions import apply_store
 from ledger.writer import EvidenceWriter
 from cli.main import main
 point = sys.argv[1]
 die = lambda *a, **k: os._exit(9)
 if point == "before-commit":
-    sessions._commit = die
+    apply_store._commit = die
 else:
     EvidenceWriter.session_repair = die
 main(sys.argv[2:])

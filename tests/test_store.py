@@ -126,9 +126,11 @@ def test_changed_payload_is_an_integrity_violation(tmp_path):
     assert result.code == 1 and '"integrity"' in result.out
 
 
-def test_missing_payload_is_a_notice(tmp_path):
+def test_a_payload_deleted_without_a_redaction_is_a_violation(tmp_path):
     ingest(tmp_path)
     payload = next(p for p in (tmp_path / "payloads").rglob("*") if p.is_file())
     os.remove(payload)
     report = verify_ledger(Ledger(tmp_path))
-    assert report.ok and any("missing" in n for n in report.notices)
+    assert [v.rule for v in report.violations] == ["payload_missing"]
+    assert payload.name in report.violations[0].detail
+    assert verify_ledger(Ledger(tmp_path), payloads=False).ok

@@ -1,0 +1,227 @@
+"""Attaching recording to agents: agent hooks that record calls and executions, and
+function-tool wrappers that record callable approval policies and guardrail blocks and
+set the scope of nested (agent-as-tool) calls.
+
+Agent hooks the user set are kept and still called (after recording). Hooks given to
+``Runner.run`` do not reach agents run through ``Agent.as_tool``, hence agent hooks.
+
+Scope: a call's identity is ``(run_id, scope, call_id)``. ``scope`` is empty at the top
+agent; inside an agent run through ``Agent.as_tool`` it gains the edge
+``"<tool name>:<call_id of the tool call>"``, e.g. ``["ask_expert:call_7"]``, one edge per
+level of nesting. The edge is set while the agent tool runs (a context variable), so the
+nested agent's calls, executions and policies carry it, on resume as well.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import replace
+from operator import methodcaller
+from typing import Any
+
+from agents import (
+    Agent,
+    AgentHooks,
+    FunctionTool,
+    ItemHelpers,
+    ModelResponse,
+    ToolInputGuardrail,
+)
+from agents.exceptions import UserError
+from agents.tool import Tool
+from agents.tool_context import ToolContext
+from agents.tool_guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrailData
+from openai.types.responses import ResponseFunctionToolCall
+
+from ..writer import EvidenceWriter
+from .legs import current_leg, entered
+
+__all__ = ["attach", "persisted_output"]
+
+_MARK = "_evidence_ledger_attached"
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def persisted_output(context: ToolContext[Any], tool: FunctionTool, result: Any) -> Any:
+    """The ``output`` the SDK puts in the ``function_call_output`` item for ``result``.
+
+    A string stays as it is; a list of content parts (``ToolOutputText`` and friends)
+    becomes a list of dicts; a tool with a declared output schema gives compact JSON
+    text; anything else becomes ``str(result)``.
+    """
+    call = context.tool_call or ResponseFunctionToolCall(
+        type="function_call", call_id=context.tool_call_id, name=context.tool_name,
+        arguments=context.tool_arguments,
+    )
+    try:
+        item = ItemHelpers.tool_call_output_item(
+            call, result, output_json_schema=tool.output_json_schema,
+            output_type_adapter=getattr(tool, "_output_type_adapter", None),
+        )
+    except UserError:  # the SDK bypasses the output schema for error messages
+        item = ItemHelpers.tool_call_output_item(call, result)
+    return item["output"]
+
+
+def attach(agent: Agent[Any]) -> Agent[Any]:
+    """Attach recording to ``agent`` and the agents reachable from it, in place.
+
+    Reachable: agents run through ``Agent.as_tool`` and ``Agent`` objects in ``handoffs``.
+    Sets a chaining agent hook on each agent and wraps its function tools (agent-as-tool
+    scope, callable ``needs_approval``, tool input guardrails). Idempotent; the hooks and
+    wrappers record through whichever :class:`Recorder` runs the agent (a tool object
+    shared by several agents names the first one in its ``tool_policy`` entries).
+    Returns ``agent``.
+    """
+    todo, seen = [agent], set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if _claim(current):
+            current.hooks = _RecordingHooks(current.hooks)
+        for tool in current.tools:
+            if isinstance(tool, FunctionTool) and _claim(tool):
+                _wrap_tool(current, tool)
+            nested = getattr(tool, "_agent_instance", None)
+            if isinstance(nested, Agent):
+                todo.append(nested)
+        todo.extend(h for h in current.handoffs if isinstance(h, Agent))
+    return agent
+
+
+def _claim(obj: Agent[Any] | FunctionTool) -> bool:
+    """Mark ``obj`` as attached; False if it already was."""
+    if getattr(obj, _MARK, False):
+        return False
+    setattr(obj, _MARK, True)
+    return True
+
+
+def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
+    if getattr(tool, "_agent_instance", None) is not None:
+        invoke = tool.on_invoke_tool
+
+        async def invoke_in_scope(context: ToolContext[Any], arguments: str) -> Any:
+            outer = current_leg()
+            edge = f"{tool.name}:{context.tool_call_id}"
+            with entered(replace(outer, scope=(*outer.scope, edge))):
+                return await invoke(context, arguments)
+
+        tool.on_invoke_tool = invoke_in_scope
+    if callable(tool.needs_approval):
+        policy = tool.needs_approval
+
+        async def recorded_policy(context: Any, params: Any, call_id: str) -> Any:
+            decided: Any = policy(context, params, call_id)
+            if inspect.isawaitable(decided):
+                decided = await decided
+            frame = current_leg()
+            frame.record(methodcaller(
+                "tool_policy", run_id=frame.run_id, agent=agent.name,
+                tool=tool.name, needs_approval=bool(decided), scope=frame.scope,
+                policy="callable", call_id=call_id, time_ns=frame.journal.writer.clock(),
+            ))
+            return decided
+
+        tool.needs_approval = recorded_policy
+    if tool.tool_input_guardrails:
+        tool.tool_input_guardrails = [
+            _recorded_guardrail(tool, g) for g in tool.tool_input_guardrails
+        ]
+
+
+def _recorded_guardrail(
+    tool: FunctionTool, guardrail: ToolInputGuardrail[Any]
+) -> ToolInputGuardrail[Any]:
+    name = guardrail.get_name()
+
+    async def recorded(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        output = await guardrail.run(data)
+        if output.behavior["type"] != "allow":
+            frame, message = current_leg(), output.behavior.get("message")
+            frame.record(methodcaller(
+                "guardrail", run_id=frame.run_id,
+                call_id=data.context.tool_call_id, guardrail=name,
+                message=message if isinstance(message, str) else None, scope=frame.scope,
+                agent=data.agent.name, tool=tool.name, time_ns=frame.journal.writer.clock(),
+            ))
+        return output
+
+    return ToolInputGuardrail(guardrail_function=recorded, name=name)
+
+
+def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
+    frame = current_leg()
+    calls = [item for item in response.output if _field(item, "type") == "function_call"]
+    if not calls:
+        return
+    tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool)}
+    clock = frame.journal.writer.clock
+    found = []
+    for item in calls:
+        name = _field(item, "name")
+        policy = getattr(tools.get(name), "needs_approval", None)
+        found.append(methodcaller(
+            "call", run_id=frame.run_id, call_id=_field(item, "call_id"),
+            agent=agent.name, tool=name, arguments=_field(item, "arguments"), scope=frame.scope,
+            needs_approval=policy if isinstance(policy, bool) else None,
+            response_id=response.response_id, time_ns=clock(),
+        ))
+
+    def write(writer: EvidenceWriter) -> None:  # the calls of one response: one group
+        for call in found:
+            call(writer)
+
+    frame.record(write)
+
+
+def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
+    if not (isinstance(context, ToolContext) and isinstance(tool, FunctionTool)):
+        return  # hosted, shell and computer tools carry no call id here
+    frame = current_leg()
+    frame.record(methodcaller(
+        "execution", run_id=frame.run_id, call_id=context.tool_call_id,
+        arguments=context.tool_arguments, scope=frame.scope, agent=agent.name, tool=tool.name,
+        result=persisted_output(context, tool, result), run_state=frame.run_state,
+        time_ns=frame.journal.writer.clock(),
+    ))
+
+
+class _RecordingHooks(AgentHooks[Any]):
+    """Agent hooks that record, then call the hooks the user had set (``inner``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def _forward(self, name: str, *args: Any) -> None:
+        if self.inner is not None:
+            await getattr(self.inner, name)(*args)
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        await self._forward("on_start", context, agent)
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        await self._forward("on_end", context, agent, output)
+
+    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
+        await self._forward("on_handoff", context, agent, source)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        await self._forward("on_tool_start", context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        _record_execution(context, agent, tool, result)
+        await self._forward("on_tool_end", context, agent, tool, result)
+
+    async def on_llm_start(self, context: Any, agent: Any, *args: Any) -> None:
+        await self._forward("on_llm_start", context, agent, *args)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        _record_calls(agent, response)
+        await self._forward("on_llm_end", context, agent, response)
