@@ -61,13 +61,16 @@ from .bundle_verify import (
     finding_in_selection,
     verify_bundle,
 )
-from .checkpoint import verify_checkpoint
+from .checkpoint import Checkpoint, verify_checkpoint
 from .checkpoint_store import CheckpointStore, StoredCheckpoint, create_checkpoint
 from .entries import PAYLOAD_FIELDS, Entry, decode_entry, entry_hash
 from .errors import EncodingError, EvidenceError, StorageError, UsageError
+from .findings import INTEGRITY
 from .framing import Damage, Record
 from .log import Ledger
+from .merkle import leaf_hash
 from .note import Signer
+from .proof_verify import verify_inclusion
 from .proofs import inclusion_proof
 from .tree_store import TreeStore
 from .verify import Report
@@ -286,20 +289,49 @@ def _records(ledger: Ledger, size: int) -> Records:
     return read
 
 
-def _checkpoint(ledger: Ledger, signer: Signer) -> tuple[StoredCheckpoint, bool]:
-    """The latest stored checkpoint if this key signed it and it covers the whole log;
-    else a new one, signed now."""
+def _checkpoint(
+    ledger: Ledger, signer: Signer, report: Report
+) -> tuple[StoredCheckpoint, bool]:
+    """The latest stored checkpoint if this key signed it and it is the head ``report``
+    verified; else a new one of that head, signed now (no second pass over the log
+    unless the report found the log itself damaged)."""
     latest = CheckpointStore(ledger).latest()
     if latest is not None:
         try:
             cp = verify_checkpoint(latest.data, [signer.verifier]).checkpoint
         except EvidenceError:
             cp = None
-        if cp is not None:
-            tree = TreeStore(ledger).update()
-            if cp.size == tree.size and cp.root == tree.root(cp.size):
-                return latest, True
-    return create_checkpoint(ledger, [signer]), False
+        if cp is not None and (cp.size, cp.root) == (report.tree_size, report.root_hash):
+            return latest, True
+    intact = not any(f.rule == INTEGRITY for f in report.violations)
+    return create_checkpoint(ledger, [signer], head=report if intact else None), False
+
+
+def _inclusion_proofs(
+    ledger: Ledger, entries: Sequence[tuple[int, bytes, Entry]], cp: Checkpoint
+) -> dict[int, list[bytes]]:
+    """seq -> inclusion proof of that entry in the tree of checkpoint ``cp``, each checked
+    against the checkpoint's root (RFC 9162 §2.1.3.2). The ``tree/`` store they are read
+    from is a cache: when a proof from it does not verify, it is rebuilt from the log and
+    the proofs made again.
+
+    Raises:
+        EvidenceError: if proofs from the rebuilt store still do not verify.
+    """
+    store = TreeStore(ledger)
+    for tree in (store.update, store.rebuild):
+        try:
+            built = tree()
+            proofs = {seq: inclusion_proof(built, seq, cp.size) for seq, _, _ in entries}
+            for seq, data, _ in entries:
+                verify_inclusion(seq, cp.size, leaf_hash(data), proofs[seq], cp.root)
+        except EvidenceError:  # a damaged store, or a proof that does not verify
+            continue
+        return proofs
+    raise EvidenceError(
+        f"no inclusion proof from {ledger.directory} verifies against checkpoint tree size "
+        f"{cp.size} (the log changed under it?); run verify"
+    )
 
 
 def _verdict(
@@ -336,11 +368,11 @@ def build_bundle(
 ) -> Bundle:
     """Build, sign and verify a proof bundle for ``selection``.
 
-    Signs a checkpoint of the current tree with ``signer`` (or reuses the latest stored
-    one when this key signed it and it covers the whole log), runs the ledger's full
-    verifier (:func:`ledger.audit.verify_ledger` with the key's verifier key), selects
-    the entries (:func:`select_entries`), proves each against the checkpoint, and signs
-    the statement (DSSE, keyid = the verifier key string).
+    Runs the ledger's full verifier (:func:`ledger.audit.verify_ledger` with the key's
+    verifier key), signs a checkpoint of the tree head it verified with ``signer`` (or
+    reuses the latest stored one when this key signed that very head), selects the
+    entries (:func:`select_entries`), proves each against the checkpoint, and signs the
+    statement (DSSE, keyid = the verifier key string).
 
     Args:
         ledger: the ledger or its directory.
@@ -363,9 +395,9 @@ def build_bundle(
     book.require_exists()
     vkey = signer.verifier.vkey
     for _attempt in range(ATTEMPTS):
-        stored, reused = _checkpoint(book, signer)
-        cp = verify_checkpoint(stored.data, [signer.verifier]).checkpoint
         report = verify_ledger(book, [vkey])
+        stored, reused = _checkpoint(book, signer, report)
+        cp = verify_checkpoint(stored.data, [signer.verifier]).checkpoint
         if report.tree_size == cp.size:
             break
     else:
@@ -382,12 +414,12 @@ def build_bundle(
 
     entries = select_entries(_records(book, cp.size), selection)
     whole_log = selection.mode == "all"
-    tree = None if whole_log else TreeStore(book).update()
+    proofs = {} if whole_log else _inclusion_proofs(book, entries, cp)
     items: list[dict[str, Any]] = []
     for seq, data, _entry in entries:
         item: dict[str, Any] = {"seq": seq, "data": _b64(data)}
-        if tree is not None:
-            item["proof"] = [_b64(h) for h in inclusion_proof(tree, seq, cp.size)]
+        if not whole_log:
+            item["proof"] = [_b64(h) for h in proofs[seq]]
         items.append(item)
     seqs = frozenset(seq for seq, _, _ in entries)
     statement = {

@@ -26,7 +26,7 @@ from .findings import INTEGRITY
 from .fsutil import NotRegularFileError, file_lock, fsync_path, problem, read_regular
 from .log import Ledger
 from .note import MAX_NOTE_BYTES, Signer, parse_note, sign_note
-from .verify import verify_records
+from .verify import Report, verify_records
 
 __all__ = ["CHECKPOINT_DIR", "CheckpointStore", "StoredCheckpoint", "create_checkpoint"]
 
@@ -151,7 +151,9 @@ class CheckpointStore:
 
 
 def create_checkpoint(
-    ledger: Ledger | str | os.PathLike[str] | None, signers: Sequence[Signer]
+    ledger: Ledger | str | os.PathLike[str] | None,
+    signers: Sequence[Signer],
+    head: Report | None = None,
 ) -> StoredCheckpoint:
     """Sign the ledger's current tree head with every signer and store it.
 
@@ -161,6 +163,11 @@ def create_checkpoint(
     Args:
         ledger: the ledger or its directory.
         signers: one or more keys; one signature line each, in order.
+        head: a verifier :class:`~ledger.verify.Report` of this ledger's log, taken just
+            before (as :func:`ledger.audit.verify_ledger` gives it, holding the root at
+            the latest stored checkpoint's size): its tree head is signed, saving a
+            second pass over the log. None (or a report without that root): the head is
+            computed from the log here.
 
     Returns:
         The stored checkpoint; ``data`` is the signed note exactly as stored.
@@ -193,9 +200,11 @@ def create_checkpoint(
                 )
         # The head is computed from log.bin itself (never from the derived tree/ cache),
         # and only an intact log is signed.
-        report = verify_records(
-            store.ledger.scan(), roots_at=() if previous is None else (previous.size,)
-        )
+        report = head
+        if report is None or (previous is not None and previous.size not in report.roots):
+            report = verify_records(
+                store.ledger.scan(), roots_at=() if previous is None else (previous.size,)
+            )
         broken = [v for v in report.violations if v.rule == INTEGRITY]
         if broken:
             raise EvidenceError(

@@ -32,6 +32,7 @@ import hashlib
 import itertools
 import os
 import pickle
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from . import chains, encoding, entries, findings, merkle, rules  # noqa: F401 (
 from .entries import ZERO_HASH, Entry, decode_entry, entry_hash
 from .errors import EncodingError, EvidenceError, StorageError, UsageError
 from .framing import Damage, Record, TornTail
-from .fsutil import file_lock
+from .fsutil import file_lock, open_regular, problem
 from .log import Ledger
 from .verify import Report
 
@@ -441,10 +442,31 @@ def _state_path(target: Path) -> Path:
     return target.with_name(target.name + ".state")
 
 
+def _refuse_non_regular(target: Path) -> None:
+    """Refuse an index, WAL or state path that holds a symlink, FIFO, socket, device or
+    directory: DuckDB and the state reader would follow it or block on it for ever.
+
+    Raises:
+        UsageError: naming the path and what it is.
+    """
+    for path in (target, target.with_name(target.name + ".wal"), _state_path(target)):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"cannot use index {path}: {problem(exc)}") from exc
+        if not stat.S_ISREG(mode):
+            raise UsageError(
+                f"refusing to use {path}: it is not a regular file (remove it; the index is "
+                "derived from the log and rebuilt)"
+            )
+
+
 def _load_state(target: Path, size: int, last_hash: str) -> Deriver | None:
     """The deriver saved beside the index, if it stands at ``size`` / ``last_hash``."""
     try:
-        with open(_state_path(target), "rb") as fh:
+        with os.fdopen(open_regular(_state_path(target)), "rb") as fh:
             state = _StateUnpickler(fh).load()
     except Exception:  # missing or damaged: the index is a cache, rebuild it
         return None
@@ -622,6 +644,7 @@ def update_index(
     """
     ledger.require_exists()
     target = index_path(ledger, path)
+    _refuse_non_regular(target)
     with _flock(target, exclusive=True), _gc_paused():
         con: duckdb.DuckDBPyConnection | None = None
         try:
@@ -753,6 +776,7 @@ def connect_read_only(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     Raises:
         UsageError: if the index cannot be opened.
     """
+    _refuse_non_regular(path)
     with _flock(path, exclusive=False):
         try:
             con = _open_read_only(path)

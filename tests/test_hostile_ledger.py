@@ -130,6 +130,25 @@ def test_a_tampered_node_file_never_yields_a_wrong_proof(tmp_path):
     assert rebuilt >= 5  # every node on the path and every peak was caught
 
 
+def test_prove_rebuilds_a_tampered_tree_cache_and_its_bundle_verifies(tmp_path):
+    book, key, vkey = _keyed(tmp_path)
+    call_id = run_cli("log", "--ledger", str(book), "--kind", "call", "--json").out
+    call_id = json.loads(call_id)[0]["body"]["call_id"]
+    assert cli("inclusion", "--ledger", str(book), "--seq", "0").code == 0  # cache built
+    nodes = book / "tree" / "nodes.bin"
+    damaged = bytearray(nodes.read_bytes())
+    for position in range(0, len(damaged), 32):
+        damaged[position] ^= 0x01  # every node hash wrong
+    nodes.write_bytes(bytes(damaged))
+    out = tmp_path / "b.json"
+    made = cli("prove", "--ledger", str(book), "--call-id", call_id, "--key", str(key),
+               "--out", str(out))
+    assert made.code == 0, made.err
+    checked = cli("verify-proof", str(out), "--verifier-key", vkey)
+    assert checked.code == 0, checked.err
+    assert nodes.read_bytes() != bytes(damaged)  # rebuilt from the log
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -423,3 +442,15 @@ def test_a_deleted_payload_is_a_violation_naming_its_digest_and_seq(tmp_path):
     assert redacted.code == 0 and "already gone" in redacted.out, redacted
     after = json.loads(cli("verify", "--ledger", str(book), "--json").out)
     assert after["ok"] and any("redacted" in n for n in after["notices"]), after
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["index.duckdb", "index.duckdb.state", "index.duckdb.wal"])
+def test_a_non_regular_index_file_is_refused_never_opened(tmp_path, kind, name):
+    book, _key, _vkey = _keyed(tmp_path)
+    _plant(book / name, kind, tmp_path)
+    for args in (("query", "SELECT count(*) AS n FROM entries"),
+                 ("export", "--format", "jsonl", "--out", str(tmp_path / "x"))):
+        result = cli(*args[:1], "--ledger", str(book), *args[1:])
+        assert result.code == 2 and "not a regular file" in result.err, (args, result.err)
+        assert result.err.count("\n") == 1
