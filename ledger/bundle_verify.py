@@ -86,7 +86,7 @@ from . import merkle
 from .checkpoint import Checkpoint, verify_checkpoint
 from .entries import PAYLOAD_FIELDS, ZERO_HASH, Entry, decode_entry, entry_hash
 from .errors import EvidenceError, UsageError
-from .findings import INTEGRITY, PAYLOAD_MISSING, RULES, Finding
+from .findings import CHECKPOINT_RULES, INTEGRITY, PAYLOAD_MISSING, RULES, Finding
 from .note import Verifier
 from .proof_verify import verify_inclusion
 from .rules import CallState, RuleEngine
@@ -135,15 +135,9 @@ MAX_SIGNATURES = 16
 """Most DSSE signatures an envelope may carry."""
 ENGINE_RULES = tuple(rule for rule in RULES if rule != INTEGRITY)
 """The rules a bundle's entries alone let a verifier re-run (:class:`ledger.rules.RuleEngine`)."""
-LEDGER_RULES = frozenset({
-    *RULES, PAYLOAD_MISSING,
-    "checkpoint_format", "checkpoint_signature", "checkpoint_origin", "checkpoint_missing",
-    "checkpoint_size", "checkpoint_root", "checkpoint_consistency", "trusted_checkpoint",
-    "append_only",
-})
+LEDGER_RULES = frozenset({*RULES, PAYLOAD_MISSING, *CHECKPOINT_RULES})
 """Every rule the ledger's verifier can run (:func:`ledger.audit.verify_ledger`): the
-evidence rules, ``payload_missing`` and those of :mod:`ledger.checkpoint_audit`, named
-here because this module imports no storage code (a test holds them in step)."""
+evidence rules, ``payload_missing`` and the checkpoint audit's."""
 
 MODES = ("call", "run", "all")
 _PAYLOAD_KEY = re.compile(r"sha256:[0-9a-f]{64}")

@@ -54,7 +54,7 @@ from typing import Protocol
 from .checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
 from .checkpoint_store import CheckpointStore
 from .errors import EvidenceError, UsageError
-from .findings import Finding
+from .findings import CHECKPOINT_RULES, Finding
 from .framing import Damage, TornTail
 from .log import Ledger
 from .merkle import EMPTY_ROOT, CompactRange, leaf_hash
@@ -70,17 +70,7 @@ __all__ = [
     "recompute_roots",
 ]
 
-RULES = (
-    "checkpoint_format",
-    "checkpoint_signature",
-    "checkpoint_origin",
-    "checkpoint_missing",
-    "checkpoint_size",
-    "checkpoint_root",
-    "checkpoint_consistency",
-    "trusted_checkpoint",
-    "append_only",
-)
+RULES = CHECKPOINT_RULES
 """Every rule name :func:`check_checkpoints` can report (see the module docstring)."""
 
 

@@ -39,6 +39,20 @@ RULES = (
 )
 """Stable rule names, in the order reports list them (see FORMAT.md)."""
 
+CHECKPOINT_RULES = (
+    "checkpoint_format",
+    "checkpoint_signature",
+    "checkpoint_origin",
+    "checkpoint_missing",
+    "checkpoint_size",
+    "checkpoint_root",
+    "checkpoint_consistency",
+    "trusted_checkpoint",
+    "append_only",
+)
+"""Rule names of the checkpoint audit (:mod:`ledger.checkpoint_audit`), named here so the
+offline bundle verifier, which reads no storage code, knows them too."""
+
 
 @dataclass(frozen=True)
 class Finding:
