@@ -6,9 +6,12 @@ imported by the package) holding the same entries in an ``InmemoryTree``:
 - *loaded tree*, the like-for-like comparison: one :class:`ledger.proofs.Prover` over
   the tree :meth:`TreeStore.update` returns (``nodes.bin`` memory-mapped), as pymerkle
   proves from its tree already in memory. This is what the bundle builder does.
-- *per call*: :func:`ledger.proofs.prove_inclusion` / ``prove_consistency`` as the CLI
-  calls them, once per proof: check the store is current (no lock when nothing was
-  appended), map the node file, re-read the entry from the log, make the proof.
+- *per call*: :func:`ledger.proofs.prove_inclusion` / ``prove_consistency`` as a library
+  caller makes them, once per proof: check the store is current (no lock when nothing
+  was appended), map the node file, re-read the entry from the log, make the proof. (The
+  CLI's ``inclusion`` / ``consistency`` add one O(n) hashing pass over ``log.bin`` to
+  check the proof against the log itself; ``prove`` checks its proofs against the
+  checkpoint it signs.)
 
 Verification: our pure verifier against pymerkle's ``verify_inclusion`` /
 ``verify_consistency``, on proofs of the same tree. The roots of the two trees are
@@ -102,7 +105,7 @@ def _rows_for(size: int, path: Path) -> list[Row]:
     cold_prover.root(size)
     cold_cons = _loop(lambda m: cold_prover.consistency(m, size), olds)
 
-    # generation: on a loaded tree (like for like), and per call (the CLI path)
+    # generation: on a loaded tree (like for like), and per call (the library path)
     loaded_incl, pm_incl, call_incl = _per_op(
         seqs,
         lambda s: prover.inclusion(s, size),
