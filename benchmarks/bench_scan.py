@@ -32,7 +32,7 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 from agents import SQLiteSession
 
 from benchmarks.common import RUNS, Row
-from ledger.sessions import scan_store
+from ledger.sessions.report import scan_store
 
 TARGET_S = 2.0
 

@@ -24,17 +24,12 @@ from typing import Annotated
 import typer
 
 from ledger.errors import EvidenceError, UsageError
-from ledger.sessions import (
-    MESSAGES_TABLE,
-    RepairPlan,
-    ScanReport,
-    apply_store_repair,
-    load_evidence,
-    plan_repair,
-    read_store,
-    scan_store,
-    settle_pending,
-)
+from ledger.sessions.apply_store import apply_store_repair
+from ledger.sessions.evidence import load_evidence
+from ledger.sessions.markers import settle_pending
+from ledger.sessions.plan import RepairPlan, plan_repair
+from ledger.sessions.report import ScanReport, scan_store
+from ledger.sessions.stores import MESSAGES_TABLE, read_store
 from ledger.writer import EvidenceWriter
 
 from . import output

@@ -20,7 +20,7 @@ from .checkpoint_store import CheckpointStore
 from .findings import PayloadStatus
 from .log import Ledger
 from .payloads import PayloadStore
-from .sessions import pending_repair_notices
+from .sessions.markers import pending_repair_notices
 from .verify import Report, verify_records
 
 

@@ -190,19 +190,17 @@ class RuleEngine:
         self.notices: list[str] = []
         self.calls: dict[CallKey, CallState] = {}
         self.state_parents: dict[str, str | None] = {}  # run state id -> parent id
-        # run -> call_id -> the latest call with that call_id, any scope (nested dicts keep
-        # per-call state small: no key tuple per call)
-        self._by_id: dict[str, dict[str, CallKey]] = defaultdict(dict)
+        # run -> call_id -> the latest call with that call_id at an agent-as-tool scope
+        # (top-level calls, the common case, are found in `calls` itself: no entry here)
+        self._nested: dict[str, dict[str, CallKey]] = defaultdict(dict)
         self._scopes: dict[tuple[str, ...], tuple[str, ...]] = {}  # one tuple per scope
         self._sticky: dict[tuple[str, str, str], list[Decision]] = defaultdict(list)
         self._sessions: dict[str, Counter[str]] = defaultdict(Counter)
         # run -> call -> its latest approval, until a leg it holds in runs the call
         self._approved: dict[str, dict[CallKey, Decision]] = defaultdict(dict)
-        # approvals by (run, call_id), any scope; and by (scope, call_id), any run
-        self._approvals_in_run: dict[str, dict[str, tuple[Decision, ...]]] = defaultdict(dict)
-        self._approvals_of_call: dict[tuple[str, ...], dict[str, tuple[Decision, ...]]] = (
-            defaultdict(dict)
-        )
+        # call_id -> every approval naming it, any run and scope (the rare paths that
+        # look for an approval made elsewhere filter these by run or by scope)
+        self._approvals: dict[str, list[Decision]] = {}
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -217,8 +215,12 @@ class RuleEngine:
         key = (body["run_id"], tuple(body["scope"]), body["call_id"])
         if key in self.calls:
             return self.calls[key]
-        latest = self._by_id.get(body["run_id"], {}).get(body["call_id"])
-        return self.calls[latest] if latest else None
+        top = self.calls.get((body["run_id"], (), body["call_id"]))
+        nested_key = self._nested.get(body["run_id"], {}).get(body["call_id"])
+        nested = self.calls[nested_key] if nested_key else None
+        if top is None or nested is None:
+            return top or nested
+        return top if top.seq > nested.seq else nested  # the latest in any scope
 
     def find_call(self, run_id: str, scope: tuple[str, ...], call_id: str) -> CallState | None:
         """The call the rules attribute evidence naming this identity to: the exact
@@ -274,7 +276,8 @@ class RuleEngine:
             key, entry.seq, entry.time, sys.intern(b["agent"]), sys.intern(b["tool"]),
             b["args_digest"], b["needs_approval"],
         )
-        self._by_id[run_id][b["call_id"]] = key
+        if scope:
+            self._nested[run_id][b["call_id"]] = key
 
     def _on_tool_policy(self, entry: Entry) -> None:
         b = entry.body
@@ -311,10 +314,7 @@ class RuleEngine:
         if decision.decision == "approve":
             if not call.executions:  # a late approval of a call that already ran awaits nothing
                 approved[call.key] = decision
-            for index in (
-                self._approvals_in_run[decision.run_id], self._approvals_of_call[decision.scope]
-            ):
-                index[b["call_id"]] = (*index.get(b["call_id"], ()), decision)
+            self._approvals.setdefault(call.key[2], []).append(decision)
         else:
             if call.key in approved and self._holds(approved[call.key], state):
                 del approved[call.key]
@@ -413,7 +413,7 @@ class RuleEngine:
             )
             return
         other_scope = [
-            d for d in self._approvals_in_run.get(key[0], {}).get(key[2], ()) if d.scope != key[1]
+            d for d in self._approvals.get(key[2], ()) if d.run_id == key[0] and d.scope != key[1]
         ]
         if other_scope:
             d = other_scope[-1]
@@ -428,7 +428,7 @@ class RuleEngine:
 
     def _other_runs(self, entry: Entry, key: CallKey) -> bool:
         """Report ``state_isolation`` if another run approved this scope and call_id."""
-        approvals = self._approvals_of_call.get(key[1], {}).get(key[2], ())
+        approvals = [d for d in self._approvals.get(key[2], ()) if d.scope == key[1]]
         others = [d for d in approvals if d.run_id != key[0]]
         if others:
             d = others[-1]
@@ -454,9 +454,9 @@ class RuleEngine:
         if b["op"] == "clear":
             session.clear()
         elif b["item_type"] == "function_call" and call_id is not None:
-            known = self._by_id.get(b["run_id"], {}).get(call_id)
+            known = self.calls.get((b["run_id"], (), call_id))
             if known is not None:
-                call_id = known[2]  # the call's own string: one copy per call
+                call_id = known.key[2]  # the call's own string: one copy per call
             session[call_id] += 1 if b["op"] == "add" else -1
         elif b["item_type"] == "function_call_output" and call_id and b["op"] == "add":
             self._check_output(entry, session[call_id] > 0)

@@ -11,7 +11,7 @@ STORAGE = ("ledger.store", "ledger.log", "ledger.payloads", "ledger.tree_store",
 
 @pytest.mark.parametrize(
     "module", ["ledger.verify", "ledger.rules", "ledger.proof_verify", "ledger.bundle_verify",
-               "ledger.checkpoint", "ledger.note"],
+               "ledger.checkpoint", "ledger.note", "ledger.sessions.scan"],
 )
 def test_pure_module_loads_no_storage(module):
     code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"

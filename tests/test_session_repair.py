@@ -20,16 +20,14 @@ from agents.memory import SessionSettings
 
 from ledger.errors import EvidenceError, UsageError
 from ledger.log import Ledger
-from ledger.sessions import (
-    apply_store,
-    apply_store_repair,
-    load_evidence,
-    pending_repair_notices,
-    plan_repair,
-    read_store,
-    repair_session,
-    scan_store,
-)
+from ledger.sessions import apply_store
+from ledger.sessions.apply_session import repair_session
+from ledger.sessions.apply_store import apply_store_repair
+from ledger.sessions.evidence import load_evidence
+from ledger.sessions.markers import pending_repair_notices
+from ledger.sessions.plan import plan_repair
+from ledger.sessions.report import scan_store
+from ledger.sessions.stores import read_store
 from ledger.writer import EvidenceWriter, item_bytes
 from tests.helpers import run_cli
 from tests.test_sessions import POISONED, call, out, reply, user, write_dump, write_sdk_store

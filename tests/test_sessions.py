@@ -15,15 +15,15 @@ from agents import SQLiteSession
 
 from ledger import schemas
 from ledger.errors import UsageError
-from ledger.sessions import (
+from ledger.sessions.report import scan_store
+from ledger.sessions.scan import (
     DANGLING_CALL,
     DUPLICATE_CALL_ID,
     ORPHAN_OUTPUT,
     OUTPUT_BEFORE_CALL,
-    read_store,
     scan_items,
-    scan_store,
 )
+from ledger.sessions.stores import read_store
 from tests.helpers import run_cli
 
 
