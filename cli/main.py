@@ -42,6 +42,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # docstring paragraphs are reflowed, not cut mid-sentence
 )
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -104,7 +105,8 @@ def ingest(
     if json:
         output.print_json({
             "file_sha256": "sha256:" + result.file_sha256.hex(), "events": result.events,
-            "first_seq": result.first_seq, "last_seq": result.last_seq,
+            "first_seq": result.first_seq, "last_seq": result.last_seq - 1,
+            "marker_seq": result.last_seq,
         })
     else:
         output.stdout.print(
@@ -242,10 +244,13 @@ def trace(
 
 @app.command()
 def redact(
-    digest: Annotated[str, typer.Option("--digest", help="Payload digest, sha256:<hex>.")],
+    digest: Annotated[
+        str, typer.Option("--digest", help="Payload digest, sha256:HEX (64 lowercase hex).")
+    ],
     reason: Annotated[str, typer.Option("--reason", help="Why it is erased (recorded).")],
     ledger: LedgerOpt = None,
     by: Annotated[str | None, typer.Option("--by", help="Who erases it (recorded).")] = None,
+    json: JsonOpt = False,
 ) -> None:
     """Erase one payload (arguments, output, item); every hash and proof still verifies.
 
@@ -257,6 +262,10 @@ def redact(
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     done = redact_payload(EvidenceWriter(open_ledger(ledger)), payload, reason, by)
+    if json:
+        output.print_json({"digest": digest, "redaction_seq": done.seq,
+                           "appended": done.appended, "erased": done.erased})
+        return
     if not done.appended:
         note = f" (finished the redaction recorded at seq {done.seq})"
     else:

@@ -173,6 +173,7 @@ def export(
         str | None, typer.Option(help="Only rows before T (ISO 8601 UTC, or ns).")
     ] = None,
     index: IndexOption = None,
+    json_: JsonOpt = False,
 ) -> None:
     """Export every view, one file each, and manifest.json (tree size, root hash, SHA-256
     of every file). Check it later with verify-export."""
@@ -186,6 +187,9 @@ def export(
             book, out, format.value, since=since_ns, until=until_ns, index=index, progress=bar,
         )
     rows = sum(f["rows"] for f in manifest["files"])
+    if json_:
+        output.print_json({"out": str(out), **manifest})
+        return
     output.stdout.print(
         f"exported {len(manifest['files'])} files ({rows} rows) to {out} at tree size "
         f"{manifest['tree_size']}, root hash {manifest['root_hash']}",

@@ -136,8 +136,8 @@ def repair_session(
     ] = None,
     backup: Annotated[
         Path | None,
-        typer.Option("--backup", help="Backup copy to write [default: SOURCE.<id>.bak].",
-                     show_default=False),
+        typer.Option("--backup", show_default=False,
+                     help="Backup copy to write (default: SOURCE.REPAIR_ID.bak beside it)."),
     ] = None,
     messages_table: TableOpt = MESSAGES_TABLE,
 ) -> None:

@@ -9,20 +9,20 @@ base64; ``--json`` uses the field names of the transparency-dev/merkle test vect
 from __future__ import annotations
 
 import base64
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ledger.checkpoint import verify_checkpoint
+from ledger.checkpoint import parse_checkpoint, verify_checkpoint
 from ledger.checkpoint_store import create_checkpoint
 from ledger.files import read_input
 from ledger.keys import keygen, load_signer, refuse_key_inside
-from ledger.note import Verifier
+from ledger.note import Verifier, parse_note
 from ledger.proofs import prove_consistency_checked, prove_inclusion_checked
 
+from . import output
 from .options import JsonOpt, LedgerOpt, open_ledger
 
 __all__ = ["register"]
@@ -50,7 +50,7 @@ def _print_fields(doc: dict[str, Any]) -> None:
 
 def _print(doc: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps(doc, indent=2))
+        output.print_json(doc)
     else:
         _print_fields(doc)
 
@@ -66,9 +66,14 @@ def keygen_command(
         Path,
         typer.Option("--out", metavar="PATH", help="New file for the private key (mode 0600)."),
     ],
+    as_json: JsonOpt = False,
 ) -> None:
     """Create an Ed25519 checkpoint key; print its verifier key (C2SP signed-note)."""
-    typer.echo(keygen(origin, out))
+    vkey = keygen(origin, out)
+    if as_json:
+        output.print_json({"verifier_key": vkey, "key_file": str(out)})
+    else:
+        typer.echo(vkey)
 
 
 def checkpoint_command(
@@ -79,6 +84,7 @@ def checkpoint_command(
         ),
     ],
     ledger: LedgerOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Sign the current tree head as a C2SP checkpoint, store it, and print it."""
     book = open_ledger(ledger)
@@ -86,7 +92,15 @@ def checkpoint_command(
         refuse_key_inside(book.directory, path)
     signers = [load_signer(path) for path in key]
     stored = create_checkpoint(book, signers)
-    sys.stdout.write(stored.data.decode("utf-8"))  # the note is UTF-8 (ends with a newline)
+    note = stored.data.decode("utf-8")  # UTF-8, ends with a newline
+    if as_json:
+        cp = parse_checkpoint(parse_note(stored.data).text)
+        output.print_json({
+            "origin": cp.origin, "tree_size": cp.size, "root_hash": _b64(cp.root),
+            "path": str(stored.path), "note": note,
+        })
+        return
+    sys.stdout.write(note)
     sys.stdout.flush()
 
 
@@ -108,16 +122,23 @@ def verify_checkpoint_command(
             "--origin", metavar="NAME", help="Expected origin (default: the signing key's name)."
         ),
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Verify a signed checkpoint against trusted verifier keys."""
     verifiers = [Verifier.from_vkey(v) for v in verifier_key]
     data = read_input(file)
     verified = verify_checkpoint(data, verifiers, origin)
     cp = verified.checkpoint
-    signers = ", ".join(f"{s.name}+{s.key_id:08x}" for s in verified.note.verified)
+    signers = [f"{s.name}+{s.key_id:08x}" for s in verified.note.verified]
+    if as_json:
+        output.print_json({
+            "ok": True, "origin": cp.origin, "tree_size": cp.size, "root_hash": _b64(cp.root),
+            "signed_by": signers,
+        })
+        return
     typer.echo(
         f"checkpoint OK: origin {cp.origin}, tree size {cp.size}, root {_b64(cp.root)}, "
-        f"signed by {signers}"
+        f"signed by {', '.join(signers)}"
     )
 
 

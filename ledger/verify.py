@@ -116,10 +116,10 @@ def verify_records(
 
     for item in items:
         if isinstance(item, TornTail):
+            after = f"after seq {tree.size - 1}" if tree.size else "before the first entry"
             report.notices.append(
-                f"torn tail: {item.length} bytes at offset {item.offset}, after seq "
-                f"{tree.size - 1} (a crash mid-append; the next writer cuts it back and "
-                "keeps the bytes in torn/)"
+                f"torn tail: {item.length} bytes at offset {item.offset}, {after} (a crash "
+                "mid-append; the next writer cuts it back and keeps the bytes in torn/)"
             )
             continue
         if isinstance(item, Damage):

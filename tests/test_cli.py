@@ -134,3 +134,12 @@ def test_markup_in_ledger_strings_is_printed_not_interpreted(tmp_path):
     for args in (["log"], ["trace", "[/x]"]):
         shown = run_cli(*args, "--ledger", str(tmp_path / "l"))
         assert shown.code == 0 and "[/red]" in shown.out, shown.err
+
+
+def test_ingest_json_counts_the_events_and_the_marker_apart(tmp_path):
+    result = run_cli("ingest", str(DATA / "rules" / "valid.jsonl"), "--ledger",
+                     str(tmp_path / "l"), "--json")
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert doc["last_seq"] - doc["first_seq"] + 1 == doc["events"]
+    assert doc["marker_seq"] == doc["last_seq"] + 1

@@ -24,7 +24,7 @@ from ledger.merkle import leaf_hash
 from ledger.note import sign_note
 from ledger.proof_verify import verify_consistency, verify_inclusion
 from ledger.writer import EvidenceWriter
-from tests.helpers import run_cli
+from tests.helpers import DATA, run_cli
 
 ORIGIN = "ledger.example/cli"
 
@@ -251,3 +251,24 @@ def test_commands_are_listed_in_help():
     out = run_cli("--help").out
     for command in ("keygen", "checkpoint", "verify-checkpoint", "inclusion", "consistency"):
         assert command in out
+
+
+def test_the_commands_that_print_data_take_json(tmp_path):
+    book = tmp_path / "l"
+    assert run_cli("ingest", str(DATA / "rules" / "valid.jsonl"), "--ledger", str(book)).code == 0
+    made = run_cli("keygen", "--origin", "example.com/log", "--out", str(tmp_path / "k"), "--json")
+    vkey = json.loads(made.out)["verifier_key"]
+    signed = json.loads(run_cli("checkpoint", "--ledger", str(book), "--key",
+                                str(tmp_path / "k"), "--json").out)
+    (tmp_path / "head.note").write_text(signed["note"])
+    checked = json.loads(run_cli("verify-checkpoint", str(tmp_path / "head.note"),
+                                 "--verifier-key", vkey, "--json").out)
+    assert checked["ok"] and checked["tree_size"] == signed["tree_size"]
+    assert checked["root_hash"] == signed["root_hash"]
+    exported = json.loads(run_cli("export", "--ledger", str(book), "--format", "jsonl",
+                                  "--out", str(tmp_path / "x"), "--json").out)
+    assert exported["tree_size"] == signed["tree_size"] and exported["files"]
+    digest = next(p for p in (book / "payloads").rglob("*") if p.is_file()).name
+    redacted = json.loads(run_cli("redact", "--ledger", str(book), "--digest",
+                                  f"sha256:{digest}", "--reason", "test", "--json").out)
+    assert redacted["appended"] and redacted["erased"]
