@@ -73,7 +73,7 @@ def print_chains(rows: list[CallChain]) -> None:
         status = r.status if not r.violations else f"[red]{', '.join(r.violations)}[/]"
         table.add_row(
             escape(r.run_id[:12]), escape("/".join((*r.scope, r.call_id))), escape(r.tool),
-            short(r.args_digest), decided, "yes" if r.executed_at is not None else "no",
+            short(r.args_digest), decided, "yes" if r.status == "executed" else "no",
             str(r.persisted), status,
         )
     stdout.print(table)

@@ -6,10 +6,10 @@ demo table, ``trace`` and later exports all read the same facts as the verifier.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .rules import CallState
+from .rules import CallKey, CallState
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,9 @@ class CallChain:
         decision: ``approve``, ``reject`` or None; ``sticky`` when it came from an
             ``always`` decision on the tool.
         approver: who decided, or None.
-        decided_at, executed_at: ns since the epoch (UTC) or None.
+        decided_at: ns since the epoch (UTC) or None.
+        executed_at: ns since the epoch (UTC) of the first execution, when the caller
+            knows it (see :func:`call_chains`), else None.
         persisted: number of persisted ``function_call_output`` items.
         status: ``executed``, ``rejected``, ``blocked``, ``approved_not_executed``,
             ``pending`` (gated, undecided) or ``called``.
@@ -58,8 +60,16 @@ def _status(call: CallState) -> str:
     return "pending" if call.gated else "called"
 
 
-def call_chains(calls: Iterable[CallState]) -> list[CallChain]:
-    """Rows for ``calls``, in the order the calls were recorded."""
+def call_chains(
+    calls: Iterable[CallState], executed_at: Mapping[CallKey, int] | None = None
+) -> list[CallChain]:
+    """Rows for ``calls``, in the order the calls were recorded.
+
+    Args:
+        calls: the rule engine's call states.
+        executed_at: call identity -> time (ns, UTC) of its first execution, for callers
+            that keep it (the index does; the rule engine keeps only the seqs).
+    """
     rows = []
     for call in sorted(calls, key=lambda c: c.seq):
         # an executed call shows the decision in force when it first ran (possibly none);
@@ -73,7 +83,7 @@ def call_chains(calls: Iterable[CallState]) -> list[CallChain]:
                 sticky=decision is not None and (decision.always or decision is not call.decision),
                 approver=decision.approver if decision else None,
                 decided_at=decision.time if decision else None,
-                executed_at=call.executed_at, persisted=len(call.persisted),
+                executed_at=(executed_at or {}).get(call.key), persisted=len(call.persisted),
                 status=_status(call), violations=tuple(dict.fromkeys(call.violations)),
             )
         )

@@ -255,6 +255,7 @@ class Deriver:
         self._touched: set[CallKey] = set()
         self._findings = 0
         self._persisted_at: dict[CallKey, int] = {}
+        self._executed_at: dict[CallKey, int] = {}
         self._prev_hex = "sha256:" + ZERO_HASH.hex()
 
     def feed(self, record: Record) -> Entry:
@@ -310,6 +311,8 @@ class Deriver:
             self._touched.add(call.key)
             if entry.kind == "session_item" and call.persisted and call.persisted[0] == seq:
                 self._persisted_at[call.key] = time
+            elif entry.kind == "execution" and call.executions and call.executions[0] == seq:
+                self._executed_at[call.key] = time
         if len(self.engine.findings) > self._findings:
             self._take_findings(seq, time)
 
@@ -338,7 +341,8 @@ class Deriver:
         call order (replace the rows with the same ``call_seq``)."""
         states = sorted((self.engine.calls[k] for k in self._touched), key=lambda c: c.seq)
         rows = []
-        for state, row in zip(states, chains.call_chains(states), strict=True):
+        chain_rows = chains.call_chains(states, self._executed_at)
+        for state, row in zip(states, chain_rows, strict=True):
             persisted = self._persisted_at.get(state.key)
             rows.append((
                 state.seq, row.run_id, list(row.scope), row.call_id, row.agent, row.tool,

@@ -144,7 +144,6 @@ class CallState:
     policy_result: bool | None = None
     decisions: tuple[Decision, ...] = ()
     authorized_by: Decision | None = None
-    executed_at: int | None = None
     rejection_messages: tuple[bytes, ...] = ()
     blocks: tuple[bytes, ...] = ()
     violations: tuple[str, ...] = ()
@@ -298,10 +297,11 @@ class RuleEngine:
             self.notices.append(
                 f"seq {entry.seq}: decision on run state {state}, which no run_state entry records"
             )
+        shown = b["args_digest"]
         decision = Decision(
-            # the call's own digest object when equal: one copy per call
-            b["decision"], call.args_digest if b["args_digest"] in (None, call.args_digest)
-            else b["args_digest"], entry.seq,
+            # shared strings, and the call's own digest object when equal: one copy a call
+            sys.intern(b["decision"]), call.args_digest if shown in (None, call.args_digest)
+            else shown, entry.seq,
             sys.intern(b["approver"]), entry.time, b["always"], call.key[0],
             self._scopes.setdefault(tuple(b["scope"]), tuple(b["scope"])), state,
         )
@@ -387,9 +387,9 @@ class RuleEngine:
                     f"{_digest_text(call.args_digest)}",
                     key,
                 )
+        if not call.executions:
+            call.authorized_by = decision
         call.held_executions = _held(call.held_executions, entry.seq)
-        if call.executed_at is None:
-            call.executed_at, call.authorized_by = entry.time, decision
         if b["result_digest"] is not None:
             call.held_results = _held(call.held_results, b["result_digest"], unique=True)
         approved = self._approved[key[0]]

@@ -22,6 +22,7 @@ import pytest
 from ledger import index as index_mod
 from ledger.audit import verify_ledger
 from ledger.chains import call_chains
+from ledger.entries import decode_entry
 from ledger.errors import EvidenceError, UsageError
 from ledger.findings import (
     APPROVAL_BINDING,
@@ -307,7 +308,10 @@ def test_deriver_report_is_the_verifiers(tmp_path, audit):
 
 
 def test_call_chains_rows_are_chains_call_chains(audit, report):
-    want = call_chains(report.calls.values())
+    times = {r.index: decode_entry(r.data).time for r in audit.scan() if isinstance(r, Record)}
+    first_run = {key: times[call.executions[0]]
+                 for key, call in report.calls.items() if call.executions}
+    want = call_chains(report.calls.values(), first_run)
     got = rows(audit, "SELECT * FROM call_chains ORDER BY call_seq")
     assert len(got) == len(want) == len(report.calls)
     for row, chain in zip(got, want, strict=True):
