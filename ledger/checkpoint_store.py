@@ -62,9 +62,15 @@ class CheckpointStore:
         self.directory = self.ledger.directory / CHECKPOINT_DIR
 
     def files(self) -> tuple[list[tuple[int, Path]], list[Path]]:
-        """``([(number, path), ...] sorted by number, [other visible files])``."""
+        """``([(number, path), ...] sorted by number, [other visible files])``.
+
+        Raises:
+            EvidenceError: if ``checkpoints/`` is a symlink or cannot be listed.
+        """
         numbered: list[tuple[int, Path]] = []
         strays: list[Path] = []
+        if self.directory.is_symlink():  # would lead reads and writes out of the ledger
+            raise EvidenceError(f"{self.directory} is a symbolic link: not read or written")
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -46,13 +47,24 @@ def _no_constants(name: str) -> Any:
     raise _RefusedJSON(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # e.g. 1e400: no IEEE 754 double holds it (RFC 8785 §3.2.2.3)
+        raise _RefusedJSON(f"number {text[:40]} is beyond IEEE 754 double range")
+    return value
+
+
 def parse_strict_json(text: str) -> Any:
-    """Parse JSON text, refusing duplicate keys and NaN/Infinity (RFC 8259 §4, §6).
+    """Parse JSON text, refusing duplicate keys, NaN/Infinity and numbers that overflow
+    an IEEE 754 double (RFC 8259 §4, §6; RFC 8785 §3.2.2.3).
 
     Raises:
         ValueError: if ``text`` is not strict JSON.
     """
-    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
+    return json.loads(
+        text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants,
+        parse_float=_finite,
+    )
 
 
 def canonical_json(value: Any) -> bytes:

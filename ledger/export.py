@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from .errors import EvidenceError, StorageError, UsageError
 from .index import VIEWS, Progress, View, connect_read_only, derive, update_index
 from .log import Ledger
+from .proofs import log_root
 
 __all__ = [
     "FORMATS",
@@ -78,11 +79,12 @@ def parse_time(text: str) -> int:
     An ISO 8601 time without an offset is taken as UTC; a date alone is its midnight.
 
     Raises:
-        UsageError: if ``text`` is neither, or lies before the epoch.
+        UsageError: if ``text`` is neither, or lies before the epoch or past the last
+            nanosecond a signed 64-bit integer holds (2262-04-11, the time columns' range).
     """
     text = text.strip()
     if re.fullmatch(r"[0-9]+", text):
-        return int(text)
+        return _in_range(int(text), text)
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError as exc:
@@ -92,6 +94,12 @@ def parse_time(text: str) -> int:
     ns = (when - _EPOCH) // dt.timedelta(microseconds=1) * 1000
     if ns < 0:
         raise UsageError(f"time {text!r} lies before 1970-01-01")
+    return _in_range(ns, text)
+
+
+def _in_range(ns: int, text: str) -> int:
+    if ns >= 2**63:
+        raise UsageError(f"time {text!r} lies past 2262-04-11 (beyond 64-bit nanoseconds)")
     return ns
 
 
@@ -241,7 +249,8 @@ def export_ledger(
 
     Raises:
         UsageError: on a bad format, time range or output directory, or no ledger.
-        EvidenceError: if the log fails integrity while indexing.
+        EvidenceError: if the log fails integrity while indexing, or no longer has the
+            root the index was built at (checked against ``log.bin`` in one O(n) pass).
         StorageError: if a file cannot be written.
     """
     if fmt not in FORMATS:
@@ -261,6 +270,11 @@ def export_ledger(
         tree_size, root_hash = con.execute(
             "SELECT tree_size, root_hash FROM ledger_index"
         ).fetchall()[0]
+        if base64.b64encode(log_root(ledger, tree_size)).decode("ascii") != root_hash:
+            raise EvidenceError(
+                f"the log no longer has the root the index recorded at tree size {tree_size} "
+                "(it changed after it was indexed); run verify"
+            )
         for view in VIEWS.values():
             table = con.sql(f"SELECT * FROM {view.name} ORDER BY {view.order}").to_arrow_table()
             table = _select(table.cast(view.schema), view, since, until)
@@ -314,8 +328,8 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
         raise UsageError(f"{directory} holds no {MANIFEST}: not an export")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise EvidenceError(f"{MANIFEST} is not JSON: {exc}") from exc
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise EvidenceError(f"{MANIFEST} is not JSON (or nested too deeply): {exc}") from exc
     fmt = manifest.get("format") if isinstance(manifest, dict) else None
     ok = (
         isinstance(manifest, dict)

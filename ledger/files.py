@@ -19,7 +19,7 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
             which could block or never end), too large, or unreadable (one line naming it).
     """
     try:
-        with open(path, "rb", opener=_open_nonblocking) as fh:
+        with open(path, "rb", opener=open_nonblocking) as fh:
             info = os.fstat(fh.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise UsageError(f"{os.fspath(path)} is not a regular file")
@@ -34,6 +34,7 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
         raise UsageError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc
 
 
-def _open_nonblocking(path: str, flags: int) -> int:
-    # O_NONBLOCK: opening a FIFO with no writer returns at once instead of hanging
+def open_nonblocking(path: str, flags: int) -> int:
+    """An ``opener`` for :func:`open`: ``O_NONBLOCK``, so opening a FIFO with no writer
+    returns at once instead of hanging (check ``S_ISREG`` on the result)."""
     return os.open(path, flags | os.O_NONBLOCK)

@@ -572,9 +572,12 @@ def _is_duckdb_file(path: Path) -> bool:
         return fh.read(12)[8:12] == b"DUCK"
 
 
-def _connect_fresh(path: Path) -> duckdb.DuckDBPyConnection:
+def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
+    """A new, empty index at ``path``. What is there is replaced when it is a DuckDB file,
+    or ``owned`` (the default ``<ledger>/index.duckdb``: a damaged cache of ours);
+    another file named by ``--index`` is refused, never clobbered."""
     try:
-        if path.exists() and not (path.is_file() and _is_duckdb_file(path)):
+        if path.exists() and not owned and not (path.is_file() and _is_duckdb_file(path)):
             raise UsageError(f"refusing to replace {path}: it is not a DuckDB index (pass --index)")
         for stale in (path, path.with_name(path.name + ".wal"), _state_path(path)):
             with contextlib.suppress(FileNotFoundError):
@@ -672,7 +675,7 @@ def update_index(
             if deriver is None:
                 if con is not None:
                     con.close()
-                con = _connect_fresh(target)
+                con = _connect_fresh(target, owned=path is None)
                 deriver, items = Deriver(), ledger.store.scan()
             assert con is not None
             return _catch_up(con, ledger, deriver, items, meta is None, progress, target)

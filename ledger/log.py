@@ -93,22 +93,28 @@ class Ledger:
 
     @contextlib.contextmanager
     def locked_tail(
-        self, tail: Tail, visit: Callable[[Entry, bytes], None], timeout: float = 30.0
+        self, tail: Tail, visit: Callable[[Entry, bytes], None], timeout: float = 30.0,
+        floor: Callable[[], int] = lambda: 0,
     ) -> Iterator[Tail]:
         """Hold the writer lock, catch up from ``tail``, and yield where the next entry goes.
 
         Entries appended since ``tail`` (by this or another process) are decoded and
         passed to ``visit(entry, entry_hash)`` so a writer can keep its indexes current;
-        a torn tail is cut back (its bytes kept in ``torn/``).
+        a torn tail is cut back (its bytes kept in ``torn/``), unless the log would then
+        hold fewer entries than ``floor()`` (the tree size of the latest signed
+        checkpoint): entries a checkpoint covers are never cut or written over.
 
         Raises:
             LockTimeout: if another writer holds the lock past ``timeout`` seconds.
-            EvidenceError: if the log is damaged (a writer never appends to a damaged log).
+            EvidenceError: if the log is damaged (a writer never appends to a damaged log),
+                or holds fewer whole entries than ``floor()`` (cut back under a signed
+                checkpoint: appending would fork the log).
         """
         with self.store.lock(timeout):
             size, last_hash, offset = tail.size, tail.last_hash, tail.offset
             for item in self.store.scan(offset, size):
                 if isinstance(item, TornTail):
+                    self._refuse_below(floor, size)
                     self.store.cut_torn_tail(item)
                     break
                 if isinstance(item, Damage) or not item.crc_ok:
@@ -122,4 +128,13 @@ class Ledger:
                 last_hash = entry_hash(item.data)
                 visit(entry, last_hash)
                 size, offset = size + 1, item.end
+            self._refuse_below(floor, size)
             yield Tail(size, last_hash, offset)
+
+    def _refuse_below(self, floor: Callable[[], int], size: int) -> None:
+        covered = floor()
+        if size < covered:
+            raise EvidenceError(
+                f"the log holds {size} whole entries but a signed checkpoint covers {covered}: "
+                "it was cut back; refusing to append (run verify)"
+            )

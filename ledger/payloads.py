@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import hashlib
 import os
 import threading
@@ -86,6 +87,21 @@ class PayloadStore:
         hexd = digest.hex()
         return f"{self._root}/{hexd[:2]}/{hexd}"
 
+    def _checked(self, digest: bytes) -> str:
+        """:meth:`_path`, once ``payloads/`` and the digest's shard folder are known not to
+        be symlinks (which would lead reads and writes out of the ledger).
+
+        Raises:
+            NotRegularFileError: if either is a symlink.
+        """
+        path = self._path(digest)
+        for folder in (self._root, os.path.dirname(path)):
+            if os.path.islink(folder):
+                raise NotRegularFileError(
+                    errno.ELOOP, "is in a folder that is a symbolic link", folder
+                )
+        return path
+
     def put(self, data: bytes) -> bytes:
         """Store ``data`` (bytes) and return its 32-byte SHA-256 digest.
 
@@ -95,7 +111,10 @@ class PayloadStore:
             StorageError: if the file cannot be written and synced.
         """
         digest = hashlib.sha256(data).digest()
-        target = self._path(digest)
+        try:
+            target = self._checked(digest)
+        except NotRegularFileError as exc:
+            raise StorageError(f"cannot store payload {digest.hex()}: {exc}") from exc
         self._dirty.add(target)  # even when it exists: an earlier writer may not have synced it
         if os.path.exists(target):
             return digest
@@ -165,7 +184,7 @@ class PayloadStore:
             if spool is None:
                 return self.put(b"".join(pieces))
             digest = hasher.digest()
-            target = self._path(digest)
+            target = self._checked(digest)
             if os.path.exists(target):
                 with contextlib.suppress(OSError):
                     os.remove(tmp)
@@ -236,6 +255,7 @@ class PayloadStore:
         """
         path = self._path(digest)
         try:
+            path = self._checked(digest)
             os.remove(path)
             fsync_path(os.path.dirname(path))
         except FileNotFoundError:
@@ -251,7 +271,7 @@ class PayloadStore:
         block or never end) counts as absent; :meth:`check` reports it.
         """
         try:
-            return read_regular(self._path(digest))
+            return read_regular(self._checked(digest))
         except (FileNotFoundError, NotADirectoryError, NotRegularFileError):
             return None
 
@@ -264,7 +284,7 @@ class PayloadStore:
         than the payload sits there; :meth:`problem` says what.
         """
         try:
-            fd = open_regular(self._path(digest))
+            fd = open_regular(self._checked(digest))
         except (FileNotFoundError, NotADirectoryError):
             return PayloadStatus.MISSING
         except OSError:
@@ -283,7 +303,7 @@ class PayloadStore:
         """Why the payload file for ``digest`` cannot be read (e.g. "is a symbolic link,
         not a regular file"), or None when it is a readable regular file or absent."""
         try:
-            os.close(open_regular(self._path(digest)))
+            os.close(open_regular(self._checked(digest)))
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:

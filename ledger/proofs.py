@@ -532,6 +532,20 @@ def _log_head(ledger: Ledger, sizes: Iterable[int], leaf_index: int | None = Non
     return _LogHead(tree.size, roots, leaf)
 
 
+def log_root(ledger: Ledger, size: int) -> bytes:
+    """The RFC 9162 root hash (32 bytes) of the first ``size`` entries, recomputed from
+    ``log.bin`` (never the ``tree/`` cache): one O(n) hashing pass.
+
+    Raises:
+        UsageError: if the log holds fewer than ``size`` entries.
+        EvidenceError: if a record is damaged or the log is not a regular file.
+    """
+    head = _log_head(ledger, (size,))
+    if size > head.size:
+        raise UsageError(f"tree size {size} is larger than the ledger ({head.size} entries)")
+    return head.roots[size]
+
+
 def _from_store(
     ledger: Ledger, make: Callable[[TiledTree], _T], notice: Callable[[str], None] | None
 ) -> _T:

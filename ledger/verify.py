@@ -162,7 +162,7 @@ def verify_records(
         elif entry.kind == "redaction":
             redacted.add(entry.body["digest"])
         prev, prev_broken = this_hash, damaged
-        if not damaged:
+        if not damaged and entry.seq == seq:  # the rules read only entries where they claim
             engine.feed(entry)
 
     erased = [d for d in missing if d in redacted]

@@ -23,10 +23,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from . import digests, encoding
+from .checkpoint import parse_checkpoint
+from .checkpoint_store import CheckpointStore
 from .entries import ZERO_HASH, Entry, entry_hash
-from .errors import UsageError
+from .errors import EvidenceError, UsageError
 from .framing import MAX_RECORD
 from .log import Ledger, Tail
+from .note import parse_note
 
 Scope = tuple[str, ...]
 CallKey = tuple[str, Scope, str]
@@ -102,7 +105,25 @@ class EvidenceWriter:
         self._group: list[bytes] | None = None
         self._next: Tail | None = None
         self._lock = threading.RLock()  # one atomic() block at a time, across threads
+        self._floor: tuple[int, int] = (-1, 0)  # (checkpoints/ mtime, latest tree size)
         self._forget()
+
+    def _checkpoint_floor(self) -> int:
+        """Tree size of the latest stored checkpoint (0: none, or unreadable, which
+        ``verify`` reports); re-read only when ``checkpoints/`` changed."""
+        store = CheckpointStore(self.ledger)
+        try:
+            mtime = os.stat(store.directory).st_mtime_ns
+        except OSError:
+            return 0
+        if self._floor[0] != mtime:
+            size = 0
+            with contextlib.suppress(EvidenceError):
+                latest = store.latest()
+                if latest is not None:
+                    size = parse_checkpoint(parse_note(latest.data).text).size
+            self._floor = (mtime, size)
+        return self._floor[1]
 
     def _forget(self) -> None:
         """Drop every index; the next append re-reads the log from the start."""
@@ -171,7 +192,9 @@ class EvidenceWriter:
     @contextlib.contextmanager
     def _locked_group(self) -> Iterator[None]:
         self.ledger.store.create()
-        with self.ledger.locked_tail(self._tail, self._visit, self.lock_timeout) as tail:
+        with self.ledger.locked_tail(
+            self._tail, self._visit, self.lock_timeout, self._checkpoint_floor
+        ) as tail:
             self._group, self._next = [], tail
             try:
                 yield

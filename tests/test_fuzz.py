@@ -107,6 +107,8 @@ def test_hostile_cases_named_by_the_issue(tmp_path):
         "non-utf8": b'{"kind": "run_end", "status": "\xff\xfe"}',
         "nan": b'{"kind":"call","agent":"a","tool":"t","call_id":"c","arguments":{"x":NaN}}',
         "duplicate keys": b'{"kind":"run_end","status":"completed","status":"failed"}',
+        "overflowing number": b'{"kind":"execution","call_id":"c","arguments":"{}",'
+                              b'"result":1e400}',
         "deep": b"[" * 100_000 + b"]" * 100_000,
     }
     for name, data in cases.items():

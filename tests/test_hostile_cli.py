@@ -275,3 +275,15 @@ def test_an_ingest_line_whose_entry_exceeds_the_record_limit_names_the_line(
     assert result.code == 2 and _one_line(result) and "line 1" in result.err, result.err[:300]
     assert "exceeds the record limit" in result.err
     assert (ledger / "log.bin").read_bytes() == before
+
+
+@pytest.mark.parametrize("bound", ["--until", "--since"])
+@pytest.mark.parametrize("value", ["9999-12-31", "99999999999999999999999", str(2**63)])
+def test_export_refuses_a_time_beyond_64_bit_nanoseconds(tmp_path, bound, value):
+    ledger, _ = _keyed(tmp_path)
+    out = tmp_path / "out"
+    result = run_cli("export", "--ledger", str(ledger), "--format", "csv", "--out", str(out),
+                     bound, value)
+    assert result.code == 2 and _one_line(result) and "2262" in result.err, result.err
+    assert not out.exists()
+

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from ledger import proofs
 from ledger.entries import PAYLOAD_FIELDS
 from ledger.errors import EvidenceError
-from ledger.framing import Damage, TornTail, frame, scan_bytes
+from ledger.framing import Damage, Record, TornTail, frame, scan_bytes
 from ledger.log import Ledger
 from ledger.merkle import leaf_hash
 from ledger.proof_verify import verify_consistency, verify_inclusion
@@ -454,3 +454,73 @@ def test_a_non_regular_index_file_is_refused_never_opened(tmp_path, kind, name):
         result = cli(*args[:1], "--ledger", str(book), *args[1:])
         assert result.code == 2 and "not a regular file" in result.err, (args, result.err)
         assert result.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("cut", ["torn", "whole-entries"])
+def test_a_writer_never_cuts_or_overwrites_entries_a_checkpoint_covers(tmp_path, cut):
+    book, _key, _vkey = _keyed(tmp_path)
+    log = book / "log.bin"
+    data = log.read_bytes()
+    if cut == "torn":
+        kept = data[:-100]  # mid-entry: a torn tail under the checkpoint's tree size
+    else:
+        frames = [r.end for r in Ledger(book).scan() if isinstance(r, Record)]
+        kept = data[: frames[-3]]  # two whole entries fewer than the checkpoint covers
+    log.write_bytes(kept)
+    events = tmp_path / "more.jsonl"
+    events.write_text('{"kind":"run_end","status":"completed","run_id":"r-late"}\n')
+    result = cli("ingest", str(events), "--ledger", str(book))
+    assert result.code == 1 and "signed checkpoint covers" in result.err, result.err
+    assert log.read_bytes() == kept and not (book / "torn").exists()
+
+
+def test_scan_session_refuses_a_fifo_and_deep_nesting(tmp_path):
+    fifo = tmp_path / "f.db"
+    os.mkfifo(fifo)
+    result = cli("scan-session", str(fifo))
+    assert result.code == 2 and "not a regular file" in result.err, result.err
+    deep = tmp_path / "d.jsonl"
+    deep.write_text('{"session_id":"s","item":' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    result = cli("scan-session", str(deep))
+    assert result.code == 2 and result.err.count("\n") == 1 and "line 1" in result.err, result.err
+
+
+def test_export_refuses_a_log_changed_after_it_was_indexed(tmp_path):
+    # an entry rewritten in place, canonical and with a fresh CRC: the index's freshness
+    # check (the last indexed record) still passes, the root does not
+    book, _key, _vkey = _keyed(tmp_path)
+    assert cli("query", "--ledger", str(book), "SELECT 1 AS one").code == 0
+    log = book / "log.bin"
+    data = bytearray(log.read_bytes())
+    record = [r for r in Ledger(book).scan() if isinstance(r, Record)][5]
+    start = record.offset + 8
+    body = bytes(data[start : start + len(record.data)])
+    at = body.index(b"run_id") + len(b"run_id") + 2  # inside the run id's value
+    data[start + at] ^= 0x01  # another ASCII letter: still canonical MessagePack
+    changed = bytes(data[start : start + len(record.data)])
+    data[start + len(changed) : start + len(changed) + 4] = zlib.crc32(changed).to_bytes(4, "big")
+    log.write_bytes(bytes(data))
+    result = cli("export", "--ledger", str(book), "--format", "jsonl", "--out",
+                 str(tmp_path / "x"))
+    assert result.code == 1 and "no longer has the root" in result.err, result.err
+
+
+@pytest.mark.parametrize("folder", ["payloads", "checkpoints", "payloads-shard"])
+def test_a_symlinked_folder_is_never_read_or_written_through(tmp_path, folder):
+    book, key, _vkey = _keyed(tmp_path)
+    outside = tmp_path / "outside"
+    if folder == "payloads-shard":
+        shard = next(p for p in (book / "payloads").iterdir() if p.is_dir())
+        shard.rename(outside)
+        shard.symlink_to(outside)
+    else:
+        (book / folder).rename(outside)
+        (book / folder).symlink_to(outside)
+    before = sorted(p.name for p in outside.rglob("*"))
+    assert cli("verify", "--ledger", str(book)).code == 1
+    events = tmp_path / "more.jsonl"
+    events.write_text('{"kind":"call","call_id":"late","agent":"a","tool":"t",'
+                      '"arguments":"{\\"x\\": 1}"}\n')
+    cli("ingest", str(events), "--ledger", str(book))
+    cli("checkpoint", "--ledger", str(book), "--key", str(key))
+    assert sorted(p.name for p in outside.rglob("*")) == before  # nothing written outside

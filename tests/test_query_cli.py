@@ -148,3 +148,16 @@ def test_index_option_puts_the_index_elsewhere(tmp_path):
                    "--index", str(index))
     assert json.loads(result.out) == [{"n": 6}]
     assert index.is_file() and not (ledger / "index.duckdb").exists()
+
+
+def test_a_damaged_default_index_is_rebuilt_but_a_foreign_file_is_never_replaced(tmp_path):
+    ledger = tmp_path / "l"
+    assert run_cli("ingest", str(DATA / "rules" / "valid.jsonl"), "--ledger", str(ledger)).code == 0
+    for junk in (b"", b"not a database at all"):
+        (ledger / "index.duckdb").write_bytes(junk)
+        result = run_cli("query", "--ledger", str(ledger), "SELECT count(*) AS n FROM entries")
+        assert result.code == 0, result.err
+    foreign = tmp_path / "notes.txt"
+    foreign.write_bytes(b"my notes")
+    result = run_cli("query", "--ledger", str(ledger), "--index", str(foreign), "SELECT 1 AS x")
+    assert result.code == 2 and foreign.read_bytes() == b"my notes"

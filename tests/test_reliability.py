@@ -70,3 +70,5 @@ def test_deleted_duplicated_reordered_or_inserted_entries_are_reported(records, 
     report = _verify(datas)
     assert not report.ok
     assert _first_integrity(report) == i, (op, i, report.violations[:2])
+    first = report.violations[0]  # the first break named is the integrity one, at i
+    assert (first.rule, first.seq) == ("integrity", i), (op, i, report.violations[:2])

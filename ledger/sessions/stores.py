@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sqlite3
+import stat
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..files import open_nonblocking
 
 __all__ = ["MESSAGES_TABLE", "SessionItems", "StoreContents", "read_store"]
 
@@ -86,7 +88,9 @@ def quoted_table(name: str) -> str:
 
 def _source_format(path: Path) -> str:
     try:
-        with open(path, "rb") as fh:
+        with open(path, "rb", opener=open_nonblocking) as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # a FIFO would block
+                raise UsageError(f"{path}: not a regular file, not a session store")
             head = fh.read(len(SQLITE_MAGIC))
     except FileNotFoundError as exc:
         raise UsageError(f"{path}: no such file") from exc
@@ -116,19 +120,19 @@ _raw_decode = json.JSONDecoder().raw_decode
 
 def _decode_row(data: Any) -> Any:
     """``message_data`` decoded as the SDK decodes it (``json.loads``), or ``_SKIP`` for
-    what it refuses (the SDK skips those rows). The common case - a str holding exactly
-    one JSON document - takes the faster public ``raw_decode``; anything else goes
-    through ``json.loads`` itself."""
+    what it refuses (the SDK skips those rows) or nests beyond the recursion limit. The
+    common case - a str holding exactly one JSON document - takes the faster public
+    ``raw_decode``; anything else goes through ``json.loads`` itself."""
     if type(data) is str:
         try:
             value, end = _raw_decode(data)
             if end == len(data):
                 return value
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     try:
         return json.loads(data)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: nested too deeply
         return _SKIP
 
 
@@ -203,7 +207,7 @@ def _read_jsonl(path: Path, session_id: str | None) -> StoreContents:
             continue
         record = _decode_row(line)
         if record is _SKIP:
-            raise UsageError(f"{path} line {number}: not JSON")
+            raise UsageError(f"{path} line {number}: not JSON (or nested too deeply)")
         if not (isinstance(record, dict) and set(record) == {"session_id", "item"}
                 and isinstance(record["session_id"], str)):
             raise UsageError(
