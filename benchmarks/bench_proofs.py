@@ -17,7 +17,7 @@ Verification: our pure verifier against pymerkle's ``verify_inclusion`` /
 ``verify_consistency``, on proofs of the same tree. The roots of the two trees are
 checked equal first, so both prove the same tree.
 
-Timing: each figure is the best of :data:`REPEATS` rounds, in CPU seconds of this
+Timing: each figure is the median of :data:`REPEATS` rounds, in CPU seconds of this
 process (``time.process_time``: the machine may be shared, and wall time would charge
 us for other processes). In a round each function runs one untimed loop over the
 arguments, then one timed loop; ours and pymerkle's run in turn, round after round,
@@ -29,6 +29,7 @@ which pays the page faults, is given in the notes.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -55,14 +56,14 @@ def _loop(fn: Callable[[int], object], args: list[int]) -> float:
 
 
 def _per_op(args: list[int], *fns: Callable[[int], object]) -> list[float]:
-    """CPU seconds per call of each of ``fns``: the best of :data:`REPEATS` rounds, in
+    """CPU seconds per call of each of ``fns``: the median of :data:`REPEATS` rounds, in
     each of which every function runs an untimed loop over ``args``, then a timed one."""
-    best = [float("inf")] * len(fns)
+    rounds: list[list[float]] = [[] for _ in fns]
     for _ in range(REPEATS):
         for i, fn in enumerate(fns):
             _loop(fn, args)
-            best[i] = min(best[i], _loop(fn, args))
-    return best
+            rounds[i].append(_loop(fn, args))
+    return [statistics.median(times) for times in rounds]
 
 
 def _pymerkle_tree(ledger: Path) -> Any:

@@ -2,7 +2,7 @@
 
 Builds, in a temporary directory, stores written the way the SDK writes them
 (``SQLiteSession.add_items``, file-backed) and a JSON Lines dump of the same items, then
-times reading + scanning (best of ``--repeat`` runs):
+times reading + scanning (median of ``--repeat`` runs):
 
 - ``sqlite, 1 session``: one history of N items;
 - ``sqlite, N/100 sessions``: N/100 histories of 100 items;
