@@ -271,6 +271,16 @@ def select_entries(records: Records, selection: Selection) -> list[tuple[int, by
 # -- building -----------------------------------------------------------------------------
 
 
+def _whole_entries(ledger: Ledger) -> int:
+    """Entries in the log before any torn tail or damage (frames read, nothing decoded)."""
+    count = 0
+    for item in ledger.scan():
+        if not isinstance(item, Record):
+            break
+        count += 1
+    return count
+
+
 def _records(ledger: Ledger, size: int) -> Records:
     def read() -> Iterator[tuple[int, bytes]]:
         if size == 0:
@@ -368,11 +378,12 @@ def build_bundle(
 ) -> Bundle:
     """Build, sign and verify a proof bundle for ``selection``.
 
-    Runs the ledger's full verifier (:func:`ledger.audit.verify_ledger` with the key's
-    verifier key), signs a checkpoint of the tree head it verified with ``signer`` (or
-    reuses the latest stored one when this key signed that very head), selects the
-    entries (:func:`select_entries`), proves each against the checkpoint, and signs the
-    statement (DSSE, keyid = the verifier key string).
+    Selects the entries (:func:`select_entries`), runs the ledger's full verifier
+    (:func:`ledger.audit.verify_ledger` with the key's verifier key, re-hashing the
+    payloads the selected entries name), signs a checkpoint of the tree head it verified
+    with ``signer`` (or reuses the latest stored one when this key signed that very
+    head), proves each entry against the checkpoint, and signs the statement (DSSE,
+    keyid = the verifier key string).
 
     Args:
         ledger: the ledger or its directory.
@@ -394,11 +405,20 @@ def build_bundle(
     book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
     book.require_exists()
     vkey = signer.verifier.vkey
+    whole_log = selection.mode == "all"
     for _attempt in range(ATTEMPTS):
-        report = verify_ledger(book, [vkey])
+        size = _whole_entries(book)
+        if size == 0:
+            raise UsageError(f"the ledger at {book.directory} is empty: nothing to prove")
+        entries = select_entries(_records(book, size), selection)
+        # the payloads of the bundled entries are re-hashed; the verdict is about them
+        wanted = True if whole_log else set().union(*(_payload_digests(e) for *_, e in entries))
+        report = verify_ledger(book, [vkey], payloads=wanted)
+        if report.tree_size != size:
+            continue  # the log grew meanwhile: select again
         stored, reused = _checkpoint(book, signer, report)
         cp = verify_checkpoint(stored.data, [signer.verifier]).checkpoint
-        if report.tree_size == cp.size:
+        if cp.size == size:
             break
     else:
         raise EvidenceError(
@@ -409,11 +429,7 @@ def build_bundle(
             f"the log no longer has the root of checkpoint {stored.path} at tree size "
             f"{cp.size}: it was changed after it was signed (run verify)"
         )
-    if cp.size == 0:
-        raise UsageError(f"the ledger at {book.directory} is empty: nothing to prove")
 
-    entries = select_entries(_records(book, cp.size), selection)
-    whole_log = selection.mode == "all"
     proofs = {} if whole_log else _inclusion_proofs(book, entries, cp)
     items: list[dict[str, Any]] = []
     for seq, data, _entry in entries:

@@ -27,11 +27,12 @@ from ledger.audit import verify_ledger
 from ledger.bundle import build_bundle, select_entries
 from ledger.bundle_verify import ENGINE_RULES, Selection, finding_in_selection, verify_bundle
 from ledger.checkpoint import parse_checkpoint
-from ledger.entries import decode_entry
+from ledger.entries import PAYLOAD_FIELDS, decode_entry
 from ledger.framing import Record
 from ledger.keys import load_signer
 from ledger.log import Ledger
 from ledger.merkle import leaf_hash
+from ledger.payloads import PayloadStore
 from ledger.proof_verify import verify_inclusion
 from ledger.rules import RuleEngine
 from ledger.schemas import load
@@ -423,3 +424,22 @@ def test_selection_closure_rederives_the_full_verdict(events):
             sub.feed(entry)
         want = sorted(str(f) for f in full.findings if selection.selects(f))
         assert sorted(str(f) for f in sub.findings if selection.selects(f)) == want, selection
+
+
+def test_prove_rehashes_only_the_payloads_of_the_entries_it_bundles(tmp_path, monkeypatch):
+    ledger = tmp_path / "ledger"
+    ingest(ledger, "valid")
+    assert run_cli("keygen", "--origin", ORIGIN, "--out", str(tmp_path / "k")).code == 0
+    signer = load_signer(tmp_path / "k")
+    book = Ledger(ledger)
+    call_id = next(e.body["call_id"] for e, _ in book.entries() if e.kind == "call")
+    checked: list[bytes] = []
+    real_check = PayloadStore.check
+    monkeypatch.setattr(PayloadStore, "check",
+                        lambda self, d: checked.append(d) or real_check(self, d))
+    verified = build_bundle(book, signer, Selection("call", None, call_id)).verified
+    named = {d for e in verified.entries for f in PAYLOAD_FIELDS
+             if isinstance(d := e.entry.body.get(f), bytes)}
+    every = {d for e, _ in book.entries() for f in PAYLOAD_FIELDS
+             if isinstance(d := e.body.get(f), bytes)}
+    assert named and set(checked) == named < every
