@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cli.main import main
+from ledger.framing import FRAME_OVERHEAD, Record
+from ledger.log import Ledger
 
 DATA = Path(__file__).parent / "data"
 
@@ -35,3 +39,19 @@ def ingest(ledger: Path, name: str = "valid") -> None:
     """Ingest ``tests/data/rules/<name>.jsonl`` into ``ledger`` and check it succeeded."""
     result = run_cli("ingest", str(DATA / "rules" / f"{name}.jsonl"), "--ledger", str(ledger))
     assert result.code == 0, result.err
+
+
+def forge_entry(ledger: Path, seq: int, edit: Callable[[bytes], bytes]) -> None:
+    """Rewrite entry ``seq`` of ``ledger``'s log in place with ``edit(entry bytes)`` (same
+    length) and a fresh record CRC, as a careful forger would: every frame still reads."""
+    record = [r for r in Ledger(ledger).scan() if isinstance(r, Record)][seq]
+    forged = edit(record.data)
+    assert len(forged) == len(record.data)
+    log = ledger / "log.bin"
+    data = bytearray(log.read_bytes())
+    start = record.offset + FRAME_OVERHEAD - 4  # past the frame header
+    end = start + len(forged)
+    data[start:end] = forged
+    data[end : end + 4] = zlib.crc32(forged).to_bytes(4, "big")
+    log.write_bytes(bytes(data))
+

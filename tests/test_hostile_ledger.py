@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import tempfile
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from ledger.proof_verify import verify_consistency, verify_inclusion
 from ledger.tree_store import TreeStore, node_count
 from ledger.writer import EvidenceWriter
 from tests.fuzzing import FUZZ
-from tests.helpers import DATA, ingest, run_cli
+from tests.helpers import DATA, forge_entry, ingest, run_cli
 from tests.test_proofs import naive_mth
 
 
@@ -217,14 +216,7 @@ def test_a_log_rewritten_under_the_cache_is_proven_as_it_now_is(tmp_path):
     notice says the store disagreed (verify and checkpoints tell whether it was forged)."""
     book = _book(tmp_path / "l", 300)
     assert cli("inclusion", "--ledger", str(book), "--seq", "260").code == 0
-    target = list(Ledger(book).scan())[260]
-    data = bytearray((book / "log.bin").read_bytes())
-    start = target.offset + 8  # type: ignore[union-attr]
-    end = start + len(target.data)  # type: ignore[union-attr]
-    forged = bytes(target.data).replace(b"r260", b"r999")  # type: ignore[union-attr]
-    data[start:end] = forged
-    data[end : end + 4] = zlib.crc32(forged).to_bytes(4, "big")
-    (book / "log.bin").write_bytes(bytes(data))
+    forge_entry(book, 260, lambda data: data.replace(b"r260", b"r999"))
     result = cli("inclusion", "--ledger", str(book), "--seq", "260", "--json")
     _check_inclusion(book, 260, result)  # its path holds no hash of entry 260
     result = cli("inclusion", "--ledger", str(book), "--seq", "0", "--json")
@@ -490,16 +482,11 @@ def test_export_refuses_a_log_changed_after_it_was_indexed(tmp_path):
     # check (the last indexed record) still passes, the root does not
     book, _key, _vkey = _keyed(tmp_path)
     assert cli("query", "--ledger", str(book), "SELECT 1 AS one").code == 0
-    log = book / "log.bin"
-    data = bytearray(log.read_bytes())
-    record = [r for r in Ledger(book).scan() if isinstance(r, Record)][5]
-    start = record.offset + 8
-    body = bytes(data[start : start + len(record.data)])
-    at = body.index(b"run_id") + len(b"run_id") + 2  # inside the run id's value
-    data[start + at] ^= 0x01  # another ASCII letter: still canonical MessagePack
-    changed = bytes(data[start : start + len(record.data)])
-    data[start + len(changed) : start + len(changed) + 4] = zlib.crc32(changed).to_bytes(4, "big")
-    log.write_bytes(bytes(data))
+    def flip_a_letter_of_the_run_id(data: bytes) -> bytes:
+        at = data.index(b"run_id") + len(b"run_id") + 2  # inside the run id's value
+        return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]  # still canonical
+
+    forge_entry(book, 5, flip_a_letter_of_the_run_id)
     result = cli("export", "--ledger", str(book), "--format", "jsonl", "--out",
                  str(tmp_path / "x"))
     assert result.code == 1 and "no longer has the root" in result.err, result.err

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import zlib
 from pathlib import Path
 
 import pytest
@@ -37,6 +36,7 @@ from ledger.proofs import (
 )
 from ledger.tree_store import TileBuilder, TiledTree, TreeStore, tile_path
 from ledger.writer import EvidenceWriter
+from tests.helpers import forge_entry
 
 KAT = json.loads((Path(__file__).parent / "vectors" / "kat-extracted.json").read_text())
 
@@ -404,16 +404,8 @@ def test_store_refuses_a_log_rolled_back_or_rewritten_under_it(tmp_path):
 def test_inclusion_rereads_the_leaf_from_the_log(tmp_path):
     book = _ledger(tmp_path / "l", 300)
     TreeStore(book).update()
-    records = list(Ledger(book).scan())
-    target = records[260]
-    data = bytearray((book / "log.bin").read_bytes())
     # Rewrite the entry's run_id in place (same length) and fix its CRC: a careful forger.
-    start = target.offset + 8  # type: ignore[union-attr]
-    end = start + len(target.data)  # type: ignore[union-attr]
-    forged = bytes(target.data).replace(b"r260", b"r999")  # type: ignore[union-attr]
-    data[start:end] = forged
-    data[end : end + 4] = zlib.crc32(forged).to_bytes(4, "big")
-    (book / "log.bin").write_bytes(bytes(data))
+    forge_entry(book, 260, lambda data: data.replace(b"r260", b"r999"))
     with pytest.raises(EvidenceError, match="entry 260 in the log no longer matches"):
         prove_inclusion(book, 260)
     prove_inclusion(book, 259)
