@@ -11,8 +11,9 @@ MAX_INPUT = 1 << 30
 """Largest input file read whole (bytes)."""
 
 
-def read_input(path: str | os.PathLike[str]) -> bytes:
-    """All bytes of the regular input file at ``path`` (at most :data:`MAX_INPUT` bytes).
+def read_input(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The bytes of the regular input file at ``path``: all of them (at most
+    :data:`MAX_INPUT`), or only its first ``limit`` bytes.
 
     Raises:
         UsageError: if it is missing, not a regular file (a directory, FIFO or device,
@@ -23,6 +24,8 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
             info = os.fstat(fh.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise UsageError(f"{os.fspath(path)} is not a regular file")
+            if limit is not None:
+                return fh.read(limit)
             if info.st_size > MAX_INPUT:
                 raise UsageError(f"{os.fspath(path)} is larger than {MAX_INPUT} bytes")
             return fh.read()

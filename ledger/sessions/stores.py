@@ -20,7 +20,6 @@ import json
 import os
 import re
 import sqlite3
-import stat
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..files import open_nonblocking
+from ..files import read_input
 
 __all__ = ["MESSAGES_TABLE", "SessionItems", "StoreContents", "read_store"]
 
@@ -87,17 +86,7 @@ def quoted_table(name: str) -> str:
 
 
 def _source_format(path: Path) -> str:
-    try:
-        with open(path, "rb", opener=open_nonblocking) as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # a FIFO would block
-                raise UsageError(f"{path}: not a regular file, not a session store")
-            head = fh.read(len(SQLITE_MAGIC))
-    except FileNotFoundError as exc:
-        raise UsageError(f"{path}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise UsageError(f"{path}: is a directory, not a session store") from exc
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    head = read_input(path, limit=len(SQLITE_MAGIC))
     if not head:
         raise UsageError(f"{path}: empty file, neither a SQLite store nor a JSON Lines dump")
     return "sqlite" if head == SQLITE_MAGIC else "jsonl"
