@@ -26,14 +26,18 @@ from .verify import Report, verify_records
 
 
 class _PayloadAudit:
-    """Checks payloads for the verifier and notes those found in place of a payload that
-    are not regular files (never read: they fail their digest)."""
+    """Checks payloads for the verifier (all of them, or only the ``wanted`` digests) and
+    notes those found in place of a payload that are not regular files (never read: they
+    fail their digest)."""
 
-    def __init__(self, store: PayloadStore) -> None:
+    def __init__(self, store: PayloadStore, wanted: AbstractSet[bytes] | None) -> None:
         self.store = store
+        self.wanted = wanted
         self.unreadable: dict[bytes, str] = {}  # digest -> what the file is
 
     def check(self, digest: bytes) -> PayloadStatus:
+        if self.wanted is not None and digest not in self.wanted:
+            return PayloadStatus.OK
         status = self.store.check(digest)
         if status is PayloadStatus.MISMATCH and digest not in self.unreadable:
             why = self.store.problem(digest)
@@ -73,17 +77,13 @@ def verify_ledger(
         EvidenceError: if the log cannot be read.
     """
     ledger.require_exists()
-    audit = _PayloadAudit(ledger.payloads) if payloads else None
-    check = None if audit is None else audit.check
-    if audit is not None and not isinstance(payloads, bool):
-        wanted, check_all = payloads, audit.check
-
-        def check(digest: bytes) -> PayloadStatus:
-            return check_all(digest) if digest in wanted else PayloadStatus.OK
-
+    audit = None
+    if payloads:
+        wanted = None if isinstance(payloads, bool) else payloads
+        audit = _PayloadAudit(ledger.payloads, wanted)
     report = verify_records(
         ledger.scan(),
-        check,
+        None if audit is None else audit.check,
         roots_at=checkpoint_audit.checkpoint_sizes(ledger, trusted_checkpoints),
     )
     if audit is not None:
