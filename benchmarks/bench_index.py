@@ -13,13 +13,16 @@ chains) with violations put in on purpose (gated calls run without approval, app
 never executed, outputs of calls never recorded).
 
 Targets from the issue: index build >= 100k entries/s, a selective query < 100 ms at
-10^6 entries. In ``make bench`` (:func:`rows`) every figure is a median (3 runs, the
+10^6 entries. The build is also measured against its floor, :func:`build_floor` (read,
+unpack, hash and bulk-load the raw entries, with no rules and no view columns), in the
+same run. In ``make bench`` (:func:`rows`) every figure is a median (3 runs, the
 queries 5); run alone, figures are single wall-clock runs except the queries.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import shutil
 import statistics
@@ -29,11 +32,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
+import msgpack
+import pyarrow as pa
+
 from benchmarks.common import Row, median_time
 from ledger.entries import BODY_FIELDS, decode_entry
 from ledger.export import export_ledger
 from ledger.framing import Record
-from ledger.index import run_query, update_index
+from ledger.index import CHUNK, run_query, update_index
 from ledger.log import Ledger
 from ledger.verify import verify_records
 from ledger.writer import EvidenceWriter
@@ -97,6 +104,49 @@ def _chain(w: EvidenceWriter, i: int, t: int) -> int:
     return appended
 
 
+def build_floor(ledger: Ledger, target: Path) -> int:
+    """The floor of an index build over the same log: per record, read its frame, unpack
+    the MessagePack and take its entry hash; every :data:`ledger.index.CHUNK` entries,
+    bulk-load those entries as they are into DuckDB (one Arrow table per entry kind) and
+    commit. No canonical-form check, no rules, no view columns: the least any index of
+    this log does. The cyclic GC is paused, as :func:`update_index` pauses it. Returns
+    the entries loaded.
+    """
+    con = duckdb.connect(str(target))
+    types: dict[str, pa.DataType] = {}
+    pending: dict[str, list[dict]] = {}
+
+    def load() -> None:
+        for kind, rows in pending.items():
+            types.setdefault(kind, pa.array(rows[:1000]).type)
+            con.register("_rows", pa.Table.from_struct_array(pa.array(rows, types[kind])))
+            con.execute(f"CREATE TABLE IF NOT EXISTS {kind} AS SELECT * FROM _rows LIMIT 0")
+            con.execute(f"INSERT INTO {kind} SELECT * FROM _rows")
+            con.unregister("_rows")
+        con.execute("COMMIT")
+        con.execute("BEGIN TRANSACTION")
+        pending.clear()
+
+    n = 0
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        con.execute("BEGIN TRANSACTION")
+        for item in ledger.store.scan():
+            entry = msgpack.unpackb(item.data)
+            entry["hash"] = hashlib.sha256(item.data).digest()
+            pending.setdefault(entry["kind"], []).append(entry)
+            n += 1
+            if n % CHUNK == 0:
+                load()
+        load()
+    finally:
+        con.close()
+        if enabled:
+            gc.enable()
+    return n
+
+
 def _median_ms(fn: Callable[[], object], runs: int = 5) -> float:
     times = []
     for _ in range(runs):
@@ -127,6 +177,8 @@ def run(directory: Path, entries: int) -> list[tuple[str, str, str]]:
     out.append(("decode_entry alone", f"{len(sample) / decode_s:,.0f} entries/s "
                                       f"({decode_s / len(sample) * 1e6:.1f} us/entry)", ""))
 
+    seconds, _ = _timed(lambda: build_floor(ledger, directory / "floor.duckdb"))
+    out.append(("index build floor (build_floor)", f"{made / seconds:,.0f} entries/s", ""))
     seconds, _ = _timed(lambda: update_index(ledger))
     rate = made / seconds
     index_mb = (directory / "index.duckdb").stat().st_size / 1e6
@@ -192,17 +244,23 @@ def rows(ledgers: dict[int, Path], verify_rates: dict[int, float] | None = None)
             verify_rate = (verify_rates or {}).get(size) or size / median_time(
                 lambda: verify_records(ledger.scan())  # noqa: B023
             )
+            floor = Path(work) / "floor.duckdb"
+            floor_s = median_time(
+                lambda: build_floor(ledger, floor),  # noqa: B023
+                setup=lambda: floor.unlink(missing_ok=True),  # noqa: B023
+            )
             build_s = median_time(
                 lambda: update_index(ledger, index, rebuild=True)  # noqa: B023
             )
             big = size >= 1_000_000
             out.append(Row(
                 operation="index build (full)", size=size, ours=size / build_s,
-                unit="entries/s", baselines={"verify": verify_rate},
-                ratio=size / build_s / verify_rate, target=">= 100,000 entries/s" if big else "",
+                unit="entries/s", baselines={"floor": size / floor_s, "verify": verify_rate},
+                ratio=floor_s / build_s, target=">= 100,000 entries/s" if big else "",
                 met=(size / build_s >= 100_000) if big else None,
-                note="ratio = our rate / the verifier's rate over the same log "
-                "(verify, no payload re-hash, this run)",
+                note="ratio = our rate / the floor's (build_floor: read, unpack, hash and "
+                "bulk-load the raw entries, no rules); verify = the verifier's rate over the "
+                "same log (no payload re-hash), all this run",
             ))
             sql = f"SELECT * FROM call_chains WHERE call_id = 'call_{size // 10:09d}'"
             query_s = median_time(lambda: run_query(ledger, sql, index), 5)  # noqa: B023

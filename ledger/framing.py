@@ -20,7 +20,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from .errors import StorageError
 
@@ -30,11 +30,13 @@ _HEADER = struct.Struct(">II")
 _CRC = struct.Struct(">I")
 FRAME_OVERHEAD = _HEADER.size + _CRC.size
 """Bytes a frame adds around its record."""
+READ_SIZE = 1 << 20
+"""Bytes :func:`scan_stream` reads at a time."""
 
 
-@dataclass(frozen=True)
-class Record:
-    """One complete record read from the log.
+class Record(NamedTuple):
+    """One complete record read from the log (a named tuple: one is made per entry
+    scanned, and a tuple is made in a third of the time of a frozen dataclass).
 
     Attributes:
         index: 0-based position of the record in the log (the entry's expected seq).
@@ -43,7 +45,7 @@ class Record:
         crc_ok: False when the record's CRC-32 does not match (a damaged record).
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index, by design
     offset: int
     data: bytes
     crc_ok: bool
@@ -103,17 +105,21 @@ def frame(data: bytes, more: bool) -> bytes:
 def scan_stream(fh: BinaryIO, size: int, offset: int = 0, index: int = 0) -> Iterator[ScanItem]:
     """Read frames from ``fh`` (``size`` bytes long) from byte ``offset`` (record ``index``):
     yield the records of complete groups, then at most one :class:`Damage` or
-    :class:`TornTail`. Never raises on bad bytes."""
+    :class:`TornTail`. Never raises on bad bytes.
+
+    Reads :data:`READ_SIZE` bytes at a time and parses frames out of that buffer."""
     fh.seek(offset)
+    buf, pos = b"", 0  # buf[pos] is the byte at ``offset``
     pending: list[Record] = []  # records of the group being read
     group_start = 0
     while offset < size:
-        header = fh.read(_HEADER.size)
-        if len(header) < _HEADER.size:
-            break
-        word, crc = _HEADER.unpack(header)
-        if zlib.crc32(header[:4]) != crc:
-            rest = header + fh.read()
+        if len(buf) - pos < _HEADER.size:
+            buf, pos = buf[pos:] + fh.read(max(READ_SIZE, _HEADER.size)), 0
+            if len(buf) < _HEADER.size:
+                break
+        word, crc = _HEADER.unpack_from(buf, pos)
+        if zlib.crc32(buf[pos:pos + 4]) != crc:
+            rest = buf[pos:] + fh.read()
             if not rest.strip(b"\x00"):
                 break  # zero-filled tail left by a crash: torn, not tampered
             yield from pending
@@ -124,15 +130,19 @@ def scan_stream(fh: BinaryIO, size: int, offset: int = 0, index: int = 0) -> Ite
             yield from pending
             yield Damage(index + len(pending), offset, f"frame length {length} is too large")
             return
-        body = fh.read(length + _CRC.size)
-        if len(body) < length + _CRC.size:
-            break
-        data = body[:length]
-        crc_ok = zlib.crc32(data) == _CRC.unpack(body[length:])[0]
+        frame_size = FRAME_OVERHEAD + length
+        if len(buf) - pos < frame_size:
+            buf, pos = buf[pos:] + fh.read(max(READ_SIZE, frame_size)), 0
+            if len(buf) < frame_size:
+                break
+        start = pos + _HEADER.size
+        data = buf[start:start + length]
+        crc_ok = zlib.crc32(data) == _CRC.unpack_from(buf, start + length)[0]
         if not pending:
             group_start = offset
         pending.append(Record(index + len(pending), offset, data, crc_ok))
-        offset += _HEADER.size + length + _CRC.size
+        pos += frame_size
+        offset += frame_size
         if not word & MORE_FLAG:
             yield from pending
             index += len(pending)

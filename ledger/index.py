@@ -11,14 +11,19 @@ record with :func:`ledger.entries.decode_entry`, hashes it into the RFC 9162 tre
 :mod:`ledger.merkle`, and feeds it to the verifier's own :class:`ledger.rules.RuleEngine`;
 ``call_chains`` rows are :func:`ledger.chains.call_chains` of the engine's call states
 and ``violations`` rows are its findings, so the index reads the same facts as
-``verify``. It refuses (:class:`EvidenceError`) a record that fails its CRC-32, canonical
-decoding, ``seq`` or ``prev`` link; ``verify`` names every break, checks payloads and
-refs, and stays the verdict.
+``verify``. The other views are made in bulk: the deriver hands over each chunk of
+entries as Arrow tables of their bodies, with the ``seq`` of the call the rules
+attribute each entry to, and one ``INSERT ... SELECT`` per view (:class:`Chunk`) turns
+them into rows. It refuses (:class:`EvidenceError`) a record that fails its CRC-32,
+canonical decoding, ``seq`` or ``prev`` link; ``verify`` names every break, checks
+payloads and refs, and stays the verdict.
 
-I/O around it: :func:`update_index` (bulk inserts of Arrow tables, one transaction per
-update; the saved state lets the next update resume where this one stopped),
-:func:`connect_read_only` and :func:`run_query` (one ``SELECT`` on a read-only
-connection with file access disabled). Tables and columns: ``VIEWS`` and
+I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries inserted and
+committed on a thread of its own while the next is derived; the metadata row and the
+saved state, written last, let the next update resume where this one stopped, and an
+update killed midway is rebuilt, not resumed), :func:`derive` (the same rows in an
+in-memory database), :func:`connect_read_only` and :func:`run_query` (one ``SELECT`` on
+a read-only connection with file access disabled). Tables and columns: ``VIEWS`` and
 docs/QUERIES.md.
 """
 
@@ -32,8 +37,10 @@ import hashlib
 import itertools
 import os
 import pickle
+import queue
 import stat
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,16 +169,8 @@ VIEWS: dict[str, View] = {
 }
 """Every table of the index, in export order (columns documented in docs/QUERIES.md)."""
 
-_APPEND_ONLY = tuple(name for name in VIEWS if name != "call_chains")
-
-
 def _d(digest: bytes | None) -> str | None:
     return None if digest is None else "sha256:" + digest.hex()
-
-
-def _who(b: dict[str, Any], call: rules.CallState | None) -> tuple[str | None, str | None]:
-    """Agent and tool a body names, else those of its call."""
-    return b["agent"] or (call.agent if call else None), b["tool"] or (call.tool if call else None)
 
 
 def _table(view: View, rows: list[tuple[Any, ...]]) -> pa.Table:
@@ -180,64 +179,161 @@ def _table(view: View, rows: list[tuple[Any, ...]]) -> pa.Table:
     arrays = []
     for (_, kind), values in zip(view.columns, columns, strict=True):
         if kind == "TIMESTAMP":
-            ns = pa.array(values, pa.int64())
-            arrays.append(pc.divide(ns, 1000).cast(pa.timestamp("us")))
+            arrays.append(_timestamps(pa.array(values, pa.int64())))
         else:
             arrays.append(pa.array(values, _ARROW[kind]))
     return pa.Table.from_arrays(arrays, schema=view.schema)
 
 
-def _calls(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
-    return (b["agent"], b["tool"], _d(b["args_digest"]), b["args_form"],
-            _d(b["args_payload"]), b["needs_approval"], b["response_id"])
+def _timestamps(ns: pa.Array) -> pa.Array:
+    """ns since the epoch (int64) -> TIMESTAMP (UTC, microseconds)."""
+    return pc.divide(ns, 1000).cast(pa.timestamp("us"))
 
 
-def _approvals(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
-    shown = b["args_digest"] or (call.args_digest if call else None)  # as the rules read it
-    return (
-        *_who(b, call),
-        b["decision"], b["always"], b["approver"], b["reason"], _d(b["message_digest"]),
-        _d(shown), _d(call.args_digest) if call else None,
-        shown == call.args_digest if call else None, call.seq if call else None,
-    )
+# -- entry rows: Arrow tables of raw bodies, made into view rows by SQL ----------------
 
-
-def _executions(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
-    return (
-        *_who(b, call),
-        _d(b["args_digest"]), b["args_form"], _d(b["result_digest"]), b["error"],
-        b["args_digest"] == call.args_digest if call else None, call.seq if call else None,
-    )
-
-
-def _session_items(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
-    return (b["session_id"], b["op"], b["item_type"], _d(b["item_digest"]),
-            _d(b["output_digest"]), _d(b["args_digest"]), call.seq if call else None)
-
-
-def _guardrails(b: dict[str, Any], call: rules.CallState | None) -> tuple[Any, ...]:
-    return (
-        *_who(b, call),
-        b["guardrail"], _d(b["message_digest"]), call.seq if call else None,
-    )
-
-
-_RowFn = Callable[[dict[str, Any], rules.CallState | None], tuple[Any, ...]]
-_KIND_ROWS: dict[str, tuple[str, _RowFn]] = {
-    "call": ("calls", _calls), "decision": ("approvals", _approvals),
-    "execution": ("executions", _executions), "session_item": ("session_items", _session_items),
-    "guardrail": ("guardrails", _guardrails),
+_BODY_TYPES: dict[str, pa.DataType] = {
+    **dict.fromkeys((
+        "run_id", "call_id", "agent", "tool", "args_form", "response_id", "decision",
+        "approver", "reason", "error", "session_id", "op", "item_type", "guardrail",
+    ), pa.string()),
+    "scope": pa.list_(pa.string()),
+    **dict.fromkeys(("needs_approval", "always"), pa.bool_()),
+    **dict.fromkeys((
+        "args_digest", "args_payload", "message_digest", "result_digest", "item_digest",
+        "output_digest",
+    ), pa.binary()),
 }
-"""Entry kind -> (table, the columns of its row between the call identity and the time)."""
+"""Arrow types of the body fields the views read (as :data:`entries.BODY_FIELDS` checks them)."""
+
+_BODIES: dict[str, pa.StructType] = {
+    kind: pa.struct([(name, _BODY_TYPES[name]) for name in fields if name in _BODY_TYPES])
+    for kind, fields in entries.BODY_FIELDS.items()
+}
+
+
+def _raw_schema(kind: str) -> pa.Schema:
+    return pa.schema([
+        ("seq", pa.int64()), ("entry_hash", pa.binary()), ("prev", pa.binary()),
+        ("time_ns", pa.int64()), ("time", pa.timestamp("us")), ("call_seq", pa.int64()),
+        ("refs", pa.list_(pa.string())), ("body", _BODIES[kind]),
+    ])
+
+
+_RAW_SCHEMAS = {kind: _raw_schema(kind) for kind in _BODIES}
+"""Per entry kind, the chunk table :meth:`Deriver.take` hands over (registered as
+``raw_<kind>``): the entry's seq, hash, prev, time, the ``seq`` of the call the rules
+attribute it to, its refs, and its body."""
+
+
+def _hex(expr: str) -> str:
+    return f"'sha256:' || lower(hex({expr}))"
+
+
+def _field(kind: str, name: str, sql_type: str) -> str:
+    """``r.body.<name>``, or a typed NULL when entries of ``kind`` have no such field."""
+    return f"r.body.{name}" if name in _BODIES[kind].names else f"NULL::{sql_type}"
+
+
+def _entries_select(kind: str) -> str:
+    return (
+        f"SELECT r.seq, r.entry_hash, r.prev, '{kind}' AS kind, r.time, r.time_ns, "
+        f"{_field(kind, 'run_id', 'VARCHAR')} AS run_id, "
+        f"{_field(kind, 'scope', 'VARCHAR[]')} AS scope, "
+        f"{_field(kind, 'call_id', 'VARCHAR')} AS call_id, r.refs FROM raw_{kind} r"
+    )
+
+
+_IDENT_SQL = "r.seq, {h} AS entry_hash, r.body.run_id, r.body.scope, r.body.call_id".format(
+    h=_hex("r.entry_hash"))
+_WHO_SQL = ("coalesce(nullif(r.body.agent, ''), c.agent) AS agent, "
+            "coalesce(nullif(r.body.tool, ''), c.tool) AS tool")
+_CALL = "LEFT JOIN calls c ON c.seq = r.call_seq"
+_SHOWN = f"coalesce({_hex('r.body.args_digest')}, c.arguments_digest)"
+_VIEW_SQL: dict[str, tuple[str, str]] = {
+    "calls": ("call", f"""
+        SELECT {_IDENT_SQL}, r.body.agent, r.body.tool,
+            {_hex('r.body.args_digest')} AS arguments_digest, r.body.args_form AS arguments_form,
+            {_hex('r.body.args_payload')} AS arguments_payload, r.body.needs_approval,
+            r.body.response_id, r.time AS called_at, r.time_ns AS called_at_ns
+        FROM raw_call r"""),
+    "approvals": ("decision", f"""
+        SELECT {_IDENT_SQL}, {_WHO_SQL}, r.body.decision, r.body.always, r.body.approver,
+            r.body.reason, {_hex('r.body.message_digest')} AS message_digest,
+            {_SHOWN} AS arguments_digest, c.arguments_digest AS call_arguments_digest,
+            CASE WHEN c.seq IS NULL THEN NULL ELSE {_SHOWN} = c.arguments_digest END AS bound,
+            r.call_seq, r.time AS decided_at, r.time_ns AS decided_at_ns
+        FROM raw_decision r {_CALL}"""),
+    "executions": ("execution", f"""
+        SELECT {_IDENT_SQL}, {_WHO_SQL}, {_hex('r.body.args_digest')} AS arguments_digest,
+            r.body.args_form AS arguments_form, {_hex('r.body.result_digest')} AS result_digest,
+            r.body.error,
+            CASE WHEN c.seq IS NULL THEN NULL
+                 ELSE {_hex('r.body.args_digest')} = c.arguments_digest END AS arguments_match,
+            r.call_seq, r.time AS executed_at, r.time_ns AS executed_at_ns
+        FROM raw_execution r {_CALL}"""),
+    "session_items": ("session_item", f"""
+        SELECT {_IDENT_SQL}, r.body.session_id, r.body.op, r.body.item_type,
+            {_hex('r.body.item_digest')} AS item_digest,
+            {_hex('r.body.output_digest')} AS output_digest,
+            {_hex('r.body.args_digest')} AS arguments_digest, r.call_seq,
+            r.time AS recorded_at, r.time_ns AS recorded_at_ns
+        FROM raw_session_item r"""),
+    "guardrails": ("guardrail", f"""
+        SELECT {_IDENT_SQL}, {_WHO_SQL}, r.body.guardrail,
+            {_hex('r.body.message_digest')} AS message_digest, r.call_seq,
+            r.time AS blocked_at, r.time_ns AS blocked_at_ns
+        FROM raw_guardrail r {_CALL}"""),
+}
+"""View -> (the entry kind its rows come from, the SELECT that makes them). ``c`` is the
+row of the call the rules attribute the entry to (``call_seq``): agent and tool fall back
+to it, and ``bound`` / ``arguments_match`` compare with its arguments digest."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Entries fed since the last :meth:`Deriver.take`, ready for a bulk insert.
+
+    Attributes:
+        raw: entry kind -> its entries (schema :data:`_RAW_SCHEMAS`).
+        violations: new ``violations`` rows.
+    """
+
+    raw: dict[str, pa.Table]
+    violations: pa.Table
+
+    def insert(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Insert the rows into every table of ``con`` (``calls`` first: the other views
+        join it). Raises duckdb.Error."""
+        for kind, table in self.raw.items():
+            con.register(f"raw_{kind}", table)
+        try:
+            for name in VIEWS:
+                if name == "entries" and self.raw:
+                    union = " UNION ALL ".join(_entries_select(kind) for kind in self.raw)
+                    select = (
+                        f"SELECT seq, {_hex('entry_hash')} AS entry_hash, {_hex('prev')} AS "
+                        f"prev, kind, time, time_ns, run_id, scope, call_id, refs FROM ({union})"
+                    )
+                elif name in _VIEW_SQL and _VIEW_SQL[name][0] in self.raw:
+                    select = _VIEW_SQL[name][1]
+                else:
+                    continue
+                columns = ", ".join(VIEWS[name].names)
+                con.execute(f"INSERT INTO {name} SELECT {columns} FROM ({select}) ORDER BY seq")
+        finally:
+            for kind in self.raw:
+                con.unregister(f"raw_{kind}")
+        _insert(con, "violations", self.violations)
 
 
 class Deriver:
     """Log records in, index rows out (pure: no I/O).
 
     Feed every :class:`~ledger.store.Record` of the log in order with :meth:`feed`; take
-    the new rows of the append-only tables with :meth:`take` and the rows of the calls
-    whose chain changed with :meth:`take_chains`. The object pickles (its state between
-    two updates) once both have been taken.
+    the entries fed since the last take with :meth:`take` (a :class:`Chunk`) and the rows
+    of the calls whose chain changed with :meth:`take_chains`. The object pickles (its
+    state between two updates) once both have been taken.
     """
 
     def __init__(self) -> None:
@@ -251,12 +347,12 @@ class Deriver:
         """Byte offset of the last record fed."""
         self.last_hash = ZERO_HASH
         """Entry hash of the last record fed (zeros when none)."""
-        self._rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _APPEND_ONLY}
+        self._fed: dict[str, tuple[list[tuple[Any, ...]], list[dict[str, Any]]]] = {}
+        self._violations: list[tuple[Any, ...]] = []
         self._touched: set[CallKey] = set()
         self._findings = 0
         self._persisted_at: dict[CallKey, int] = {}
         self._executed_at: dict[CallKey, int] = {}
-        self._prev_hex = "sha256:" + ZERO_HASH.hex()
 
     def feed(self, record: Record) -> Entry:
         """Decode one record at index :attr:`size`, derive its rows, return its entry.
@@ -266,17 +362,20 @@ class Deriver:
                 or its ``seq`` or ``prev`` do not continue the log (run ``verify``).
         """
         seq = self.size
-        where = f"log damaged at seq {seq}"
         if record.index != seq:
-            raise EvidenceError(f"{where}: record {record.index} read, {seq} expected")
+            raise EvidenceError(
+                f"log damaged at seq {seq}: record {record.index} read, {seq} expected"
+            )
         if not record.crc_ok:
-            raise EvidenceError(f"{where}: record fails its CRC-32 (run verify)")
+            raise EvidenceError(f"log damaged at seq {seq}: record fails its CRC-32 (run verify)")
         try:
             entry = decode_entry(record.data)
         except EncodingError as exc:
-            raise EvidenceError(f"{where}: {exc} (run verify)") from exc
+            raise EvidenceError(f"log damaged at seq {seq}: {exc} (run verify)") from exc
         if entry.seq != seq or entry.prev != self.last_hash:
-            raise EvidenceError(f"{where}: seq or prev does not continue the log (run verify)")
+            raise EvidenceError(
+                f"log damaged at seq {seq}: seq or prev does not continue the log (run verify)"
+            )
         hash_ = entry_hash(record.data)
         self.tree.append(merkle.leaf_hash(record.data))
         self.engine.feed(entry)
@@ -286,35 +385,26 @@ class Deriver:
         return entry
 
     def _derive(self, entry: Entry, hash_: bytes) -> None:
-        b, seq, time = entry.body, entry.seq, entry.time
-        run_id, scope, call_id = b.get("run_id"), b.get("scope"), b.get("call_id")
+        b, seq, kind = entry.body, entry.seq, entry.kind
         call = None
-        if type(run_id) is str and type(scope) is list and type(call_id) is str:
-            key = (run_id, tuple(scope), call_id)
+        call_id = b.get("call_id")
+        if type(call_id) is str and "scope" in b:  # a call identity (fields typed by kind)
+            key = (b["run_id"], tuple(b["scope"]), call_id)
             call = self.engine.calls.get(key) or self.engine.find_call(*key)
-        else:
-            run_id = run_id if type(run_id) is str else None
-            scope = scope if type(scope) is list else None
-            call_id = call_id if type(call_id) is str else None
-        hx = "sha256:" + hash_.hex()
+        fed = self._fed.get(kind)
+        if fed is None:
+            fed = self._fed[kind] = ([], [])
         refs = ["sha256:" + r.hex() for r in entry.refs] if entry.refs else []
-        self._rows["entries"].append(
-            (seq, hx, self._prev_hex, entry.kind, time, time, run_id, scope, call_id, refs)
-        )
-        self._prev_hex = hx
-        rows = _KIND_ROWS.get(entry.kind)
-        if rows is not None:
-            table, columns = rows
-            row = (seq, hx, run_id, scope, call_id, *columns(b, call), time, time)
-            self._rows[table].append(row)
+        fed[0].append((seq, hash_, entry.prev, entry.time, call.seq if call else None, refs))
+        fed[1].append(b)
         if call is not None:
             self._touched.add(call.key)
-            if entry.kind == "session_item" and call.persisted and call.persisted[0] == seq:
-                self._persisted_at[call.key] = time
-            elif entry.kind == "execution" and call.executions and call.executions[0] == seq:
-                self._executed_at[call.key] = time
+            if kind == "session_item" and call.persisted and call.persisted[0] == seq:
+                self._persisted_at[call.key] = entry.time
+            elif kind == "execution" and call.executions and call.executions[0] == seq:
+                self._executed_at[call.key] = entry.time
         if len(self.engine.findings) > self._findings:
-            self._take_findings(seq, time)
+            self._take_findings(seq, entry.time)
 
     def _take_findings(self, seq: int, time: int) -> None:
         new = self.engine.findings[self._findings:]
@@ -324,17 +414,27 @@ class Deriver:
             if state is not None:
                 self._touched.add(state.key)
             at = time if finding.seq == seq else None
-            self._rows["violations"].append((
+            self._violations.append((
                 number, finding.seq, finding.rule, finding.run_id, list(finding.scope),
                 finding.call_id, finding.detail, state.seq if state else None, at, at,
             ))
         self._findings += len(new)
 
-    def take(self) -> dict[str, pa.Table]:
-        """New rows of every append-only table since the last call (table name -> rows)."""
-        out = {name: _table(VIEWS[name], rows) for name, rows in self._rows.items()}
-        self._rows = {name: [] for name in _APPEND_ONLY}
-        return out
+    def take(self) -> Chunk:
+        """The entries fed since the last call, as a :class:`Chunk`."""
+        raw = {}
+        for kind, (rows, bodies) in self._fed.items():
+            seqs, hashes, prevs, times, call_seqs, refs = zip(*rows, strict=True)
+            ns = pa.array(times, pa.int64())
+            raw[kind] = pa.Table.from_arrays([
+                pa.array(seqs, pa.int64()), pa.array(hashes, pa.binary()),
+                pa.array(prevs, pa.binary()), ns, _timestamps(ns),
+                pa.array(call_seqs, pa.int64()), pa.array(refs, pa.list_(pa.string())),
+                pa.array(bodies, _BODIES[kind]),
+            ], schema=_RAW_SCHEMAS[kind])
+        chunk = Chunk(raw, _table(VIEWS["violations"], self._violations))
+        self._fed, self._violations = {}, []
+        return chunk
 
     def take_chains(self) -> pa.Table:
         """``call_chains`` rows of every call whose chain changed since the last call, in
@@ -368,7 +468,8 @@ def derive(
     records: Iterable[Record | Damage | TornTail], size: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[Report, dict[str, pa.Table]]:
-    """Derive every table in memory from a log's scan items (no index file).
+    """Derive every table in memory from a log's scan items (no index file): the same
+    rows an index holds, through an in-memory DuckDB database.
 
     Args:
         records: :meth:`Ledger.scan` items, in order.
@@ -381,36 +482,48 @@ def derive(
     Raises:
         EvidenceError: if the log is damaged before ``size`` or holds fewer entries.
     """
-    with _gc_paused():
-        return _derive_all(records, size, progress)
-
-
-def _derive_all(
-    records: Iterable[Record | Damage | TornTail], size: int | None,
-    progress: Callable[[int], None] | None,
-) -> tuple[Report, dict[str, pa.Table]]:
     deriver = Deriver()
-    parts: dict[str, list[pa.Table]] = {name: [] for name in _APPEND_ONLY}
-    for item in records:
-        if size is not None and deriver.size >= size:
-            break
-        if isinstance(item, Damage):
-            raise EvidenceError(f"log damaged at seq {item.index}: {item.reason}")
-        if isinstance(item, TornTail):
-            break
-        deriver.feed(item)
-        if deriver.size % CHUNK == 0:
-            for name, table in deriver.take().items():
-                parts[name].append(table)
-            if progress:
-                progress(deriver.size)
-    if size is not None and deriver.size < size:
-        raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
-    for name, table in deriver.take().items():
-        parts[name].append(table)
-    tables = {name: pa.concat_tables(parts[name]) for name in _APPEND_ONLY}
-    tables["call_chains"] = deriver.take_chains()
-    return deriver.report(), {name: tables[name] for name in VIEWS}
+    with _gc_paused(), contextlib.closing(duckdb.connect()) as con:
+        for statement in [*_SCHEMA, "BEGIN TRANSACTION"]:
+            con.execute(statement)
+        _load(con, deriver, iter(records), size, lambda: progress and progress(deriver.size))
+        if size is not None and deriver.size < size:
+            raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
+        _insert(con, "call_chains", deriver.take_chains())
+        tables = {
+            name: con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table()
+            .cast(view.schema)
+            for name, view in VIEWS.items()
+        }
+    return deriver.report(), tables
+
+
+def _load(
+    con: duckdb.DuckDBPyConnection, deriver: Deriver,
+    items: Iterator[Record | Damage | TornTail], size: int | None,
+    chunk_done: Callable[[], object],
+) -> None:
+    """Feed ``items`` (up to ``size`` entries) to ``deriver`` and insert its rows into
+    ``con`` one :data:`CHUNK` at a time, on a thread of its own (:class:`_Inserter`).
+
+    Raises:
+        EvidenceError: at a damaged record (see :meth:`Deriver.feed`).
+    """
+    with _Inserter(con) as inserter:
+        for item in items:
+            if size is not None and deriver.size >= size:
+                break
+            if isinstance(item, Damage):
+                raise EvidenceError(
+                    f"log damaged at seq {item.index}: {item.reason} (run verify)"
+                )
+            if isinstance(item, TornTail):
+                break
+            deriver.feed(item)
+            if deriver.size % CHUNK == 0:
+                inserter.put(deriver.take())
+                chunk_done()
+        inserter.put(deriver.take())
 
 
 # -- the index file --------------------------------------------------------------------
@@ -618,6 +731,12 @@ def _same_log(ledger: Ledger, size: int, last_hash: str, last_offset: int) -> bo
     return isinstance(first, Record) and "sha256:" + entry_hash(first.data).hex() == last_hash
 
 
+def _complete(con: duckdb.DuckDBPyConnection | None, size: int) -> bool:
+    """True when the index holds exactly ``size`` entries: an update that stopped midway
+    (killed) has committed chunks past the size its metadata records."""
+    return con is not None and _one(con, "SELECT count(*) FROM entries") == (size,)
+
+
 def _insert(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
     if table.num_rows:
         con.register("_rows", table)
@@ -658,7 +777,9 @@ def update_index(
             with contextlib.suppress(duckdb.Error):
                 con = duckdb.connect(str(target))
             meta = None if (con is None or rebuild) else _meta(con)
-            if meta is not None and not _same_log(ledger, meta[2], meta[4], meta[5]):
+            if meta is not None and not (
+                _same_log(ledger, meta[2], meta[4], meta[5]) and _complete(con, meta[2])
+            ):
                 meta = None
             deriver: Deriver | None = None
             items: Iterator[Record | Damage | TornTail] = iter(())
@@ -684,6 +805,52 @@ def update_index(
                 con.close()
 
 
+class _Inserter:
+    """Bulk inserts run on a thread of their own, so DuckDB (which releases the GIL)
+    stores and compresses one chunk while the next one is derived.
+
+    Use as a context manager around the loop that calls :meth:`put`, inside a
+    transaction: each chunk is inserted and committed, and a new transaction begun (so
+    memory holds one chunk, not the whole update). The connection must not be used by
+    anyone else until the block exits. On exit the thread has inserted everything put,
+    or stopped at its first error, re-raised here (a DuckDB error as :class:`UsageError`).
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+        self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=2)
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name="index-insert", daemon=True)
+
+    def __enter__(self) -> _Inserter:
+        self._thread.start()
+        return self
+
+    def put(self, chunk: Chunk) -> None:
+        """Queue one chunk; blocks while two chunks wait."""
+        self._queue.put(chunk)
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    chunk.insert(self._con)
+                    self._con.execute("COMMIT")
+                    self._con.execute("BEGIN TRANSACTION")
+                except Exception as exc:  # re-raised in the caller's thread on exit
+                    self._error = exc
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        error, self._error = self._error, None
+        if error is None or exc_info[0] is not None:
+            return
+        if isinstance(error, duckdb.Error):
+            raise UsageError(f"cannot write the index: {_one_line(error)}") from error
+        raise error
+
+
 def _catch_up(
     con: duckdb.DuckDBPyConnection, ledger: Ledger, deriver: Deriver,
     items: Iterator[Record | Damage | TornTail], fresh: bool, progress: Progress | None,
@@ -692,19 +859,8 @@ def _catch_up(
     start = deriver.size
     total = ledger.store.path.stat().st_size
     con.execute("BEGIN TRANSACTION")
-    for item in items:
-        if isinstance(item, Damage):
-            raise EvidenceError(f"log damaged at seq {item.index}: {item.reason} (run verify)")
-        if isinstance(item, TornTail):
-            break
-        deriver.feed(item)
-        if deriver.size % CHUNK == 0:
-            for name, table in deriver.take().items():
-                _insert(con, name, table)
-            if progress:
-                progress(deriver.size - start, deriver.offset, total)
-    for name, table in deriver.take().items():
-        _insert(con, name, table)
+    _load(con, deriver, items, None,
+          lambda: progress and progress(deriver.size - start, deriver.offset, total))
     changed = deriver.take_chains()
     if not fresh and changed.num_rows:
         con.register("_changed", changed.select(["call_seq"]))

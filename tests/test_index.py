@@ -568,3 +568,26 @@ def test_gated_without_approval_agrees_with_the_verifier_after_a_double_ingest(t
                    " AND executed_at IS NOT NULL"
                    " AND (decision IS NULL OR decided_at > executed_at)")
     assert rows.code == 0 and json.loads(rows.out) == []
+
+
+def test_an_update_stopped_midway_is_not_resumed_but_rebuilt(tmp_path, monkeypatch):
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    update_index(ledger)
+    writer = EvidenceWriter(ledger)
+    for i in range(7):
+        writer.run_end(run_id=f"late-{i}", status="completed")
+    monkeypatch.setattr(index_mod, "CHUNK", 3)  # chunks are committed as they are loaded
+
+    def killed(self):
+        raise KeyboardInterrupt  # as if the process died after some chunks were committed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Deriver, "take_chains", killed)
+        with pytest.raises(KeyboardInterrupt):
+            update_index(ledger)
+    info = update_index(ledger)
+    assert info.rebuilt and info.tree_size == 32
+    _, derived = derive(ledger.scan())
+    for name in VIEWS:
+        assert table(ledger, name).equals(derived[name]), name

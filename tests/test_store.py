@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from ledger import framing
 from ledger.audit import verify_ledger
 from ledger.errors import EvidenceError
 from ledger.framing import TornTail
@@ -134,3 +135,21 @@ def test_a_payload_deleted_without_a_redaction_is_a_violation(tmp_path):
     assert [v.rule for v in report.violations] == ["payload_missing"]
     assert payload.name in report.violations[0].detail
     assert verify_ledger(Ledger(tmp_path), payloads=False).ok
+
+
+@pytest.mark.parametrize("read_size", [1, 5, 13, 64])
+def test_scan_reads_the_same_items_whatever_its_read_size(tmp_path, monkeypatch, read_size):
+    writer = _ledger(tmp_path, 3)
+    with writer.atomic():
+        for i in range(3):
+            writer.run_end(run_id=f"g{i}", status="completed")
+    whole = (tmp_path / LOG_NAME).read_bytes()
+    damaged = bytearray(whole)
+    damaged[len(whole) // 2] ^= 0xFF
+    variants = [whole, whole[:-7], whole + bytes(40), bytes(damaged), whole[:-20] + bytes(9)]
+    for data in variants:
+        expected = list(framing.scan_bytes(data))
+        monkeypatch.setattr(framing, "READ_SIZE", read_size)
+        assert list(framing.scan_bytes(data)) == expected
+        monkeypatch.undo()
+    assert len([r for r in framing.scan_bytes(whole) if isinstance(r, framing.Record)]) == 6
