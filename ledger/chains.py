@@ -7,14 +7,13 @@ demo table, ``trace`` and later exports all read the same facts as the verifier.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .rules import CallKey, CallState
 
 
-@dataclass(frozen=True)
-class CallChain:
-    """The chain of one call identity.
+class CallChain(NamedTuple):
+    """The chain of one call identity (a named tuple: the index makes one per call).
 
     Attributes:
         run_id, scope, call_id: the call identity.

@@ -8,6 +8,7 @@ findings (``Report.violations``) or against the entries themselves.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import pickle
 import re
 import shutil
@@ -591,3 +592,16 @@ def test_an_update_stopped_midway_is_not_resumed_but_rebuilt(tmp_path, monkeypat
     _, derived = derive(ledger.scan())
     for name in VIEWS:
         assert table(ledger, name).equals(derived[name]), name
+
+
+def test_saved_state_loads_back_to_equal_call_states(audit):
+    deriver = Deriver()
+    for record in audit.scan():
+        if isinstance(record, Record):
+            deriver.feed(record)
+    deriver.take()
+    deriver.take_chains()
+    loaded = index_mod._StateUnpickler(io.BytesIO(pickle.dumps(deriver, protocol=5))).load()
+    calls = deriver.engine.calls
+    assert loaded.engine.calls == calls and any(c.decisions for c in calls.values())
+    assert loaded.engine.findings == deriver.engine.findings
