@@ -19,7 +19,7 @@ Exit codes:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -28,6 +28,7 @@ from ledger.sessions.apply_store import apply_store_repair
 from ledger.sessions.evidence import load_evidence
 from ledger.sessions.markers import settle_pending
 from ledger.sessions.plan import RepairPlan, plan_repair
+from ledger.sessions.record import RepairResult
 from ledger.sessions.report import ScanReport, scan_store
 from ledger.sessions.stores import MESSAGES_TABLE, read_store
 from ledger.writer import EvidenceWriter
@@ -140,6 +141,7 @@ def repair_session(
                      help="Backup copy to write (default: SOURCE.REPAIR_ID.bak beside it)."),
     ] = None,
     messages_table: TableOpt = MESSAGES_TABLE,
+    json: JsonOpt = False,
 ) -> None:
     """Insert each orphan output's missing function_call, rebuilt from the ledger.
 
@@ -155,29 +157,56 @@ def repair_session(
     contents = read_store(source, session_id=session_id, messages_table=messages_table)
     if apply and contents.format != "sqlite":
         raise UsageError(f"{source}: a JSON Lines dump can be planned but not repaired in place")
+    settled = []
     if contents.format == "sqlite":
-        for line in settle_pending(source, writer, apply=apply):
-            _say(line)
+        settled = settle_pending(source, writer, apply=apply)
         if apply:  # settling may have changed nothing in the store, but read it again
             contents = read_store(source, session_id=session_id, messages_table=messages_table)
     plan = plan_repair(contents, load_evidence(book), book.payloads.get)
-    _print_plan(plan)
+    if not json:  # the plan first: an apply that fails leaves it on screen
+        for line in settled:
+            _say(line)
+        _print_plan(plan)
+    result = None
+    if apply and plan.insertions and not plan.refusals:
+        assert by is not None
+        result = apply_store_repair(plan, writer, by=by, backup=backup)
+    if json:
+        output.print_json(_repair_json(plan, settled, apply, result))
     if plan.refusals:
         raise EvidenceError(
             f"refused: {len(plan.refusals)} orphan output(s) lack usable evidence in "
             f"{book.directory}; nothing changed"
         )
+    if not json:
+        _print_outcome(plan, result)
+
+
+def _repair_json(
+    plan: RepairPlan, settled: list[str], apply: bool, result: RepairResult | None
+) -> dict[str, Any]:
+    """The ``repair-session --json`` document (schemas/repair-plan.schema.json)."""
+    return {
+        "format_version": 1, **plan.to_json(), "settled": settled,
+        "applied": result is not None, "dry_run": not apply,
+        "repair": None if result is None else {
+            "repair_id": result.repair_id,
+            "backup": None if result.backup is None else str(result.backup),
+            "entries": ["sha256:" + h.hex() for h in result.entries],
+        },
+    }
+
+
+def _print_outcome(plan: RepairPlan, result: RepairResult | None) -> None:
     count = len(plan.insertions)
     if not count:
         _say(f"no orphan output in {len(plan.sessions)} session(s); nothing to repair")
         return
     sessions = sum(1 for s in plan.sessions if s.insertions)
-    if not apply:
+    if result is None:
         _say(f"dry run: {count} insertion(s) in {sessions} session(s); "
              "rerun with --apply --by NAME to write them")
         return
-    assert by is not None
-    result = apply_store_repair(plan, writer, by=by, backup=backup)
     _say(f"repaired: {count} insertion(s) in {sessions} session(s); backup {result.backup}; "
          f"repair {result.repair_id} recorded as {len(result.entries)} session_repair "
          "entr" + ("y" if len(result.entries) == 1 else "ies"))

@@ -18,6 +18,7 @@ import pytest
 from agents import SQLiteSession
 from agents.memory import SessionSettings
 
+from ledger import schemas
 from ledger.errors import EvidenceError, UsageError
 from ledger.log import Ledger
 from ledger.sessions import apply_store
@@ -572,3 +573,32 @@ def test_plan_reports_findings_it_does_not_repair(case):
     result = run_cli("repair-session", str(store), "--ledger", str(ledger))
     assert result.code == 0
     assert "left as is: dangling_call late" in result.out
+
+
+def test_json_document_for_a_dry_run_a_repair_and_a_refusal(case, tmp_path: Path):
+    store, ledger = case
+    dry = run_cli("repair-session", str(store), "--ledger", str(ledger), "--json")
+    assert dry.code == 0, dry.err
+    doc = json.loads(dry.out)
+    assert schemas.first_error("repair-plan", doc) is None
+    (ins,) = doc["insertions"]
+    assert (ins["call_id"], ins["tool"], ins["arguments"], ins["position"]) == (
+        "c-update", "update_record", RAW_ARGS, 3)
+    assert (doc["dry_run"], doc["applied"], doc["repair"]) == (True, False, None)
+
+    done = run_cli("repair-session", str(store), "--ledger", str(ledger), "--apply",
+                   "--by", "alice", "--json")
+    assert done.code == 0, done.err
+    doc = json.loads(done.out)
+    assert schemas.first_error("repair-plan", doc) is None and doc["applied"]
+    recorded = ["sha256:" + h.hex() for _, h in session_repair_entries(ledger)]
+    assert doc["repair"]["entries"] == recorded and Path(doc["repair"]["backup"]).is_file()
+
+    other, unrelated = tmp_path / "other.db", tmp_path / "unrelated"
+    write_sdk_store(other, {"s": POISONED})
+    EvidenceWriter(unrelated).run_end(run_id="elsewhere", status="completed")
+    refused = run_cli("repair-session", str(other), "--ledger", str(unrelated), "--json")
+    assert refused.code == 1 and refused.err.count("\n") == 1
+    doc = json.loads(refused.out)
+    assert schemas.first_error("repair-plan", doc) is None
+    assert [r["call_id"] for r in doc["refusals"]] == ["c-update"] and not doc["applied"]

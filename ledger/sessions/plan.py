@@ -136,6 +136,27 @@ class RepairPlan:
         """Every refusal, session by session."""
         return [r for s in self.sessions for r in s.refusals]
 
+    def to_json(self) -> dict[str, Any]:
+        """The plan's part of the ``repair-session --json`` document
+        (``schemas/repair-plan.schema.json``): insertions, refusals, and findings left
+        as they are; digests and entry hashes as ``sha256:<hex>``."""
+        return {
+            "store": self.store,
+            "store_format": self.format,
+            "insertions": [{
+                "session_id": i.session_id, "call_id": i.call_id,
+                "before_index": i.before_index, "before_row": i.before_row,
+                "position": i.position, "tool": i.call.tool, "arguments": i.item["arguments"],
+                "call_seq": i.call.seq, "call_entry_hash": "sha256:" + i.call.entry_hash.hex(),
+                "run_id": i.call.run_id,
+            } for i in self.insertions],
+            "refusals": [{
+                "session_id": r.session_id, "call_id": r.call_id, "index": r.index,
+                "row": r.row, "reason": r.reason,
+            } for r in self.refusals],
+            "left_as_is": [f.to_json() for s in self.sessions for f in s.other_findings],
+        }
+
 
 def _pick_call(
     session_id: str, call_id: str, evidence: Evidence
