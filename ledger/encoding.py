@@ -15,6 +15,7 @@ Rules (see FORMAT.md):
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,9 +26,22 @@ from .errors import EncodingError
 MAX_DEPTH = 32
 """Deepest nesting of maps and arrays allowed inside one entry."""
 
+_packers = threading.local()
+
+
+def _pack(value: Any) -> bytes:
+    """``msgpack.packb(value, use_bin_type=True)`` with this thread's packer, made once
+    (``packb`` builds a packer per call: a third of the time of packing an entry)."""
+    try:
+        packer = _packers.packer
+    except AttributeError:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+    return packer.pack(value)
+
+
 @functools.lru_cache(maxsize=8192)
 def _key_bytes(key: str) -> bytes:
-    return msgpack.packb(key, use_bin_type=True)
+    return _pack(key)
 
 
 _PLAIN = (type(None), bool, str, bytes)
@@ -79,7 +93,7 @@ def encode(value: Any) -> bytes:
         EncodingError: for floats, non-str keys, integers outside 64 bits, unknown types,
             or nesting deeper than :data:`MAX_DEPTH`.
     """
-    return msgpack.packb(_canonical(value, 0), use_bin_type=True)
+    return _pack(_canonical(value, 0))
 
 
 def canonical_order(keys: Iterable[str]) -> tuple[str, ...]:
@@ -99,7 +113,7 @@ def pack_ordered(value: dict[str, Any]) -> bytes:
     """
     if tuple(value) != canonical_order(value):
         raise EncodingError("map keys are not in canonical order")
-    return msgpack.packb(value, use_bin_type=True)
+    return _pack(value)
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
@@ -161,7 +175,7 @@ def decode(data: bytes, *, schema_checked: bool = False) -> Any:
     if not schema_checked and (b"\xca" in data or b"\xcb" in data) and _has_float(value):
         raise EncodingError("floats are not allowed in entries")
     try:
-        again = msgpack.packb(value, use_bin_type=True)
+        again = _pack(value)
     except (ValueError, OverflowError) as exc:  # e.g. nesting beyond msgpack's limit
         raise EncodingError(f"cannot re-encode: {exc}") from exc
     if again != data:

@@ -66,3 +66,15 @@ def test_deep_nesting_refused_without_crash():
     data = b"\x91" * 100_000 + b"\xc0"
     with pytest.raises(EncodingError):
         encoding.decode(data)
+
+
+def test_the_reused_packer_holds_nothing_back_after_a_value_it_refused():
+    too_deep: list = []
+    inner = too_deep
+    for _ in range(2000):  # deeper than msgpack's own limit
+        inner.append([])
+        inner = inner[0]
+    for refused in (too_deep, 2**70):
+        with pytest.raises((ValueError, OverflowError)):
+            encoding._pack(refused)
+        assert encoding.encode({"k": 1}) == msgpack.packb({"k": 1}, use_bin_type=True)
