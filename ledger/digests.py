@@ -7,7 +7,7 @@
   argument is held once, as its parsed value, never as canonical or raw bytes.
 - Output digest: SHA-256 of the persisted ``output`` value: its UTF-8 bytes when it is a
   string, RFC 8785 canonical JSON otherwise (the SDK persists lists of content parts for
-  structured tool outputs).
+  structured tool outputs). Written in pieces too (:func:`write_output`).
 """
 
 from __future__ import annotations
@@ -222,15 +222,23 @@ def _digest(arguments: str | bytes, raw_sha: bytes) -> tuple[bytes, ArgsForm]:
         return raw_sha, "raw"
 
 
-def output_bytes(output: Any) -> bytes:
-    """The bytes an output digest is taken over (UTF-8 for str, RFC 8785 otherwise).
+def write_output(output: Any, write: Callable[[bytes], object]) -> None:
+    """Write the bytes an output digest is taken over to ``write``, piece by piece: the
+    UTF-8 of a string (lone surrogates kept, :func:`utf8_chunks`), RFC 8785 canonical
+    JSON of anything else (:func:`jcs_dump`). A long output is never copied whole.
 
     Raises:
-        ValueError: if a non-string output cannot be canonicalised by RFC 8785.
+        ValueError: if a non-string output cannot be canonicalised by RFC 8785, or nests
+            deeper than the interpreter's recursion limit.
     """
     if isinstance(output, str):
-        return output.encode("utf-8", "surrogatepass")
-    return canonical_json(output)
+        for piece in utf8_chunks(output):
+            write(piece)
+        return
+    try:
+        jcs_dump(output, write)
+    except RecursionError as exc:
+        raise ValueError(f"output nests too deeply: {exc}") from exc
 
 
 def sha256(data: bytes) -> bytes:

@@ -244,21 +244,17 @@ class EvidenceWriter:
             self._visit(entry, hash_)
             return hash_
 
-    def _put(self, data: bytes) -> bytes:
+    def _put_output(self, output: Any) -> bytes:
+        """Store the bytes :func:`digests.write_output` writes for ``output`` (a str: its
+        UTF-8, as for an arguments string; else RFC 8785 JSON) as a payload, piece by
+        piece, never held whole; return their 32-byte SHA-256.
+
+        Raises:
+            ValueError: if a non-string output cannot be canonicalised (nothing stored).
+        """
         with self._lock:  # a sync of another thread's group never drops it from its dirty set
-            return self.ledger.payloads.put(data)
-
-    def _put_text(self, text: str) -> bytes:
-        """Store the UTF-8 bytes of ``text`` (an arguments string; lone surrogates kept) as
-        a payload and return their 32-byte SHA-256. A long text is encoded and written
-        piece by piece (see :func:`digests.utf8_chunks`), never held as bytes whole."""
-
-        def fill(write: Callable[[bytes], object]) -> None:
-            for piece in digests.utf8_chunks(text):
-                write(piece)
-
-        with self._lock:
-            return self.ledger.payloads.put_stream(fill)
+            return self.ledger.payloads.put_stream(
+                lambda write: digests.write_output(output, write))
 
     def _put_item(self, item: Any) -> bytes:
         """Store :func:`item_bytes` of ``item`` as a payload and return their 32-byte
@@ -324,7 +320,7 @@ class EvidenceWriter:
         body = {
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
             "tool": tool, "args_digest": args.digest, "args_form": args.form,
-            "args_payload": self._put_text(arguments), "needs_approval": needs_approval,
+            "args_payload": self._put_output(arguments), "needs_approval": needs_approval,
             "response_id": response_id,
         }
         return self.append("call", body, [], time_ns)
@@ -366,7 +362,7 @@ class EvidenceWriter:
         body = {
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "decision": decision,
             "always": bool(always), "approver": approver, "reason": reason,
-            "message_digest": self._put(digests.output_bytes(message)) if message else None,
+            "message_digest": self._put_output(message) if message else None,
             "args_digest": args_digest, "args_form": args_form, "agent": agent, "tool": tool,
             "run_state": run_state,
         }
@@ -388,7 +384,7 @@ class EvidenceWriter:
     ) -> bytes:
         """Record that a tool ran with ``arguments`` (raw string) and returned ``result``.
 
-        ``result`` is digested like a persisted output (see :func:`digests.output_bytes`);
+        ``result`` is digested like a persisted output (see :func:`digests.write_output`);
         ``None`` with ``error`` set records a failed execution. ``run_state`` is the id of
         the run state the leg that ran it resumed from (None for a leg started fresh).
         """
@@ -396,13 +392,13 @@ class EvidenceWriter:
         result_digest = None
         if result is not None:
             try:
-                result_digest = self._put(digests.output_bytes(result))
+                result_digest = self._put_output(result)
             except ValueError:
-                result_digest = self._put(str(result).encode("utf-8", "surrogatepass"))
+                result_digest = self._put_output(str(result))
         body = {
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
             "tool": tool, "args_digest": args.digest, "args_form": args.form,
-            "args_payload": self._put_text(arguments), "result_digest": result_digest,
+            "args_payload": self._put_output(arguments), "result_digest": result_digest,
             "error": error, "run_state": run_state,
         }
         return self.append("execution", body, self._call_refs(run_id, scope, call_id), time_ns)
@@ -435,7 +431,7 @@ class EvidenceWriter:
             item_digest = self._put_item(item)
             if item_type == "function_call_output" and "output" in item:
                 try:
-                    output_digest = self._put(digests.output_bytes(item["output"]))
+                    output_digest = self._put_output(item["output"])
                 except ValueError:
                     output_digest = None
             if item_type == "function_call" and isinstance(item.get("arguments"), str):
@@ -463,7 +459,7 @@ class EvidenceWriter:
         """Record that a tool guardrail blocked a call (its ``message`` replaces the output)."""
         body = {
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "guardrail": guardrail,
-            "message_digest": self._put(digests.output_bytes(message)) if message else None,
+            "message_digest": self._put_output(message) if message else None,
             "agent": agent, "tool": tool,
         }
         return self.append("guardrail", body, self._call_refs(run_id, scope, call_id), time_ns)

@@ -38,9 +38,18 @@ def test_deep_nesting_is_digested_raw():
     assert digests.arguments_digest(text).form == "raw"
 
 
+def _written(output) -> bytes:
+    pieces: list[bytes] = []
+    digests.write_output(output, pieces.append)
+    return b"".join(pieces)
+
+
 def test_output_digest_string_is_utf8_and_structured_is_jcs():
-    assert digests.output_bytes("ré") == "ré".encode()
-    assert digests.output_bytes([{"type": "text", "text": "x"}]) == b'[{"text":"x","type":"text"}]'
+    assert _written("ré\ud800") == "ré\ud800".encode("utf-8", "surrogatepass")
+    assert _written([{"type": "text", "text": "x"}]) == b'[{"text":"x","type":"text"}]'
+    for refused in ([float("nan")], {1: "x"}, {"x": {1, 2}}):
+        with pytest.raises(ValueError):
+            _written(refused)
 
 
 def test_digest_text_round_trip():

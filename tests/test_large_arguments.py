@@ -1,4 +1,5 @@
-"""Hostile input: a 100 MB tool-call argument is streamed to the payload store.
+"""Hostile input: a 100 MB tool-call argument, or tool output, is streamed to the
+payload store.
 
 The writer must not hold the argument several times over (its UTF-8 bytes, the parsed
 value, its RFC 8785 canonical bytes, a cache entry): peak extra memory stays close to
@@ -106,3 +107,38 @@ def test_long_session_items_and_run_states_are_stored_canonically(tmp_path):
     assert session.body["args_digest"] == call.body["args_digest"]
     assert state.body["digest"] == hashlib.sha256(item_bytes({"items": [item]})).digest()
     assert verify_ledger(book).ok
+
+
+def test_a_100_mb_tool_output_is_streamed_not_copied(tmp_path):
+    text = _arguments()  # ~100 MB of text, as a tool might return
+    parts = [{"type": "text", "text": text}]  # a structured output holding it
+    gc.collect()
+    tracemalloc.start()
+    try:
+        writer = EvidenceWriter(tmp_path)
+        for call_id, output in (("c-text", text), ("c-parts", parts)):
+            with writer.atomic():
+                writer.call(run_id="r", call_id=call_id, agent="a", tool="read", arguments="{}")
+                writer.execution(run_id="r", call_id=call_id, arguments="{}", agent="a",
+                                 tool="read", result=output)
+                writer.session_item(run_id="r", session_id="s", item={
+                    "type": "function_call", "call_id": call_id, "name": "read",
+                    "arguments": "{}"})
+                writer.session_item(run_id="r", session_id="s", item={
+                    "type": "function_call_output", "call_id": call_id, "output": output})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Held as bytes, each output was one more copy (1x); streamed, a few MiB at most.
+    assert peak < 0.1 * len(text), f"peak {peak / len(text):.2f}x the output size"
+
+    book = Ledger(tmp_path)
+    bodies = {(e.kind, e.body["call_id"]): e.body for e, _ in book.entries()
+              if e.kind in ("execution", "session_item")}
+    for call_id, want in (("c-text", text.encode("utf-8")), ("c-parts", rfc8785.dumps(parts))):
+        digest = hashlib.sha256(want).digest()
+        assert bodies["execution", call_id]["result_digest"] == digest
+        assert bodies["session_item", call_id]["output_digest"] == digest
+        assert book.payloads.get(digest) == want
+    report = verify_ledger(book)
+    assert report.ok, report.violations
