@@ -16,6 +16,8 @@ gated tool ``wire`` and records it through :class:`~ledger.integrations.openai_a
   retry_write     the approved state is resumed with a session whose next write fails (the
                   leg fails after the tool ran); the same state object is resumed again (it
                   must finish the write without running the tool twice)
+  handoff         a triage agent hands off to a billing agent, with a session: the transfer
+                  message the SDK persists must trace back to the recorded handoff
 
 What ``evidence-ledger verify`` reports, as recorded (``tests/test_lineage_matrix.py``):
 openai-agents 0.21.0, 0.22.3, 0.23.1, 0.24.0: nothing, on every scenario; 0.20.0:
@@ -251,6 +253,14 @@ async def retry_write(recorder: Recorder, streamed: bool) -> None:
     await resume(recorder, agent, state, streamed, session=session)  # the same state, again
 
 
+async def handoff(recorder: Recorder, streamed: bool) -> None:
+    billing = Agent(name="billing", model=scripted_model([], "billing here"))
+    triage = Agent(name="triage", handoffs=[billing], model=scripted_model(
+        [("transfer_to_billing", {}, f"{tag('handoff', streamed)}-1")], "not reached"))
+    session = SQLiteSession(f"handoff-{streamed}", ":memory:")
+    await run(recorder, triage, "a refund, please", streamed, session=session)
+
+
 SCENARIOS: dict[str, Callable[[Recorder, bool], Any]] = {
     "fork": fork,
     "reuse_call_id": reuse_call_id,
@@ -258,6 +268,7 @@ SCENARIOS: dict[str, Callable[[Recorder, bool], Any]] = {
     "nested2": nested(2),
     "nested3": nested(3),
     "retry_write": retry_write,
+    "handoff": handoff,
 }
 """Scenario name -> coroutine function ``(recorder, streamed)``."""
 

@@ -34,7 +34,9 @@ pytestmark = pytest.mark.release_matrix
 
 SCRIPT = REPO_ROOT / "examples" / "lineage_scenarios.py"
 RELEASES = ("0.20.0", "0.21.0", "0.22.3", "0.23.1", "0.24.0")
-SCENARIOS = ("fork", "reuse_call_id", "nested1", "nested2", "nested3", "retry_write")
+SCENARIOS = (
+    "fork", "reuse_call_id", "nested1", "nested2", "nested3", "retry_write", "handoff",
+)
 
 EXPECTED: dict[tuple[str, str], set[str]] = {
     ("0.20.0", "fork"): {"state_isolation"},

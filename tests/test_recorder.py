@@ -23,6 +23,7 @@ from agents import (
     ToolGuardrailFunctionOutput,
     ToolOutputText,
     function_tool,
+    handoff,
     tool_input_guardrail,
 )
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -210,6 +211,38 @@ async def test_hooks_the_user_set_still_fire(tmp_path: Path) -> None:
     executions = {b["call_id"]: b["scope"] for b in of_kind(entries(tmp_path), "execution")}
     assert executions == {"c-echo": ["ask_inner:c-ask"], "c-ask": []}
     assert_verifies(tmp_path)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_a_handoff_is_recorded_as_its_call_and_execution(
+    tmp_path: Path, streamed: bool
+) -> None:
+    billing = Agent(name="billing", model=scripted([assistant_message("billing here")]))
+    legal = Agent(name="legal", model=scripted([assistant_message("legal here")]))
+    triage = Agent(
+        name="triage", handoffs=[handoff(legal, tool_name_override="escalate"), billing],
+        model=scripted([function_call("transfer_to_billing", {}, call_id="c-ho")]),
+    )
+    session = SQLiteSession("handoff", ":memory:")
+    recorder = Recorder(tmp_path)
+    if streamed:
+        result: Any = recorder.run_streamed(triage, "help", session=session)
+        async for _ in result.stream_events():
+            pass
+    else:
+        result = await recorder.run(triage, "help", session=session)
+    assert result.final_output == "billing here"
+
+    found = entries(tmp_path)
+    (execution,) = of_kind(found, "execution")
+    (call,) = of_kind(found, "call")
+    assert (execution["call_id"], execution["tool"], execution["agent"]) == (
+        "c-ho", "transfer_to_billing", "triage")
+    assert execution["args_digest"] == call["args_digest"]
+    (output,) = [i["output"] for i in await session.get_items()
+                 if i.get("type") == "function_call_output"]
+    assert execution["result_digest"] == hashlib.sha256(output.encode()).digest()
+    assert_verifies(tmp_path)  # before: output_provenance on the transfer message
 
 
 @function_tool

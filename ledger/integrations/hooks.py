@@ -1,4 +1,5 @@
-"""Attaching recording to agents: agent hooks that record calls and executions, and
+"""Attaching recording to agents: agent hooks that record calls and executions (of
+function tools, and of handoffs), and
 function-tool wrappers that record callable approval policies and guardrail blocks and
 set the scope of nested (agent-as-tool) calls.
 
@@ -24,9 +25,11 @@ from agents import (
     Agent,
     AgentHooks,
     FunctionTool,
+    Handoff,
     ItemHelpers,
     ModelResponse,
     ToolInputGuardrail,
+    handoff,
 )
 from agents.exceptions import UserError
 from agents.tool import Tool
@@ -156,9 +159,21 @@ def _recorded_guardrail(
     return ToolInputGuardrail(guardrail_function=recorded, name=name)
 
 
+def _handoffs(agent: Agent[Any]) -> dict[str, Handoff[Any, Any]]:
+    """The agent's handoffs by tool name (an ``Agent`` listed bare: the SDK's default)."""
+    made = (h if isinstance(h, Handoff) else handoff(h) for h in agent.handoffs)
+    return {h.tool_name: h for h in made}
+
+
 def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
     frame = current_leg()
     calls = [item for item in response.output if _field(item, "type") == "function_call"]
+    if agent.handoffs:
+        names = _handoffs(agent)
+        frame.handoff_calls[frame.scope, agent.name] = [
+            (_field(item, "call_id"), _field(item, "name"), _field(item, "arguments"))
+            for item in calls if _field(item, "name") in names
+        ]
     if not calls:
         return
     tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool)}
@@ -193,6 +208,25 @@ def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) 
     ))
 
 
+def _record_handoff(source: Agent[Any], target: Agent[Any]) -> None:
+    """Record the execution of the handoff the SDK ran from ``source`` to ``target``: the
+    first call in ``source``'s latest response that names that handoff, with the transfer
+    message the SDK persists as its output (``Handoff.get_transfer_message``)."""
+    frame = current_leg()
+    pending = frame.handoff_calls.pop((frame.scope, source.name), [])
+    ran = next((h for h in _handoffs(source).values() if h.agent_name == target.name), None)
+    call = next((c for c in pending if ran is not None and c[1] == ran.tool_name), None)
+    if ran is None or call is None:
+        return
+    call_id, tool, arguments = call
+    frame.record(methodcaller(
+        "execution", run_id=frame.run_id, call_id=call_id, arguments=arguments,
+        scope=frame.scope, agent=source.name, tool=tool,
+        result=ran.get_transfer_message(target), run_state=frame.run_state,
+        time_ns=frame.journal.writer.clock(),
+    ))
+
+
 class _RecordingHooks(AgentHooks[Any]):
     """Agent hooks that record, then call the hooks the user had set (``inner``)."""
 
@@ -210,6 +244,8 @@ class _RecordingHooks(AgentHooks[Any]):
         await self._forward("on_end", context, agent, output)
 
     async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
+        # the SDK calls the hooks of the agent handing off (``source``), naming the target
+        _record_handoff(source, agent)
         await self._forward("on_handoff", context, agent, source)
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:

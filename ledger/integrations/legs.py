@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from ..writer import Scope
@@ -23,6 +23,11 @@ class Leg:
     run_id: str
     scope: Scope = ()
     run_state: str | None = None  # the state this leg resumed from; None: started fresh
+    handoff_calls: dict[tuple[Scope, str], list[tuple[str, str, str]]] = field(
+        default_factory=dict, compare=False)
+    """Per ``(scope, agent name)``: the function calls of the agent's latest model response
+    that name one of its handoffs, as ``(call_id, tool name, arguments)`` (shared by the
+    legs :func:`dataclasses.replace` makes for nested scopes)."""
 
     def record(self, write: Write) -> None:
         """Record evidence of this leg (queued, or durable at once; see ``since``)."""

@@ -73,7 +73,9 @@ scope of nested calls (:mod:`ledger.integrations.hooks`), and the session wrappe
 Limits: attached agents must run through a recorder (their hooks raise
 :class:`~ledger.errors.UsageError` otherwise); a session write outside a recorded run is
 recorded with ``run_id=""``; a streamed run whose events are not read to the end is
-recorded as ``failed``; handoff calls are recorded as calls but not as executions; the
+recorded as ``failed``; a handoff is recorded as its call and an execution whose result
+is the transfer message the SDK persists, but the outputs the SDK writes for the extra
+handoffs of a response it ignores ("Multiple handoffs detected") are not; the
 run states of agents run through ``Agent.as_tool`` are the SDK's own and not recorded
 (their calls are, under the top-level run's state).
 """
