@@ -79,7 +79,8 @@ def call_chains(
                 run_id=call.key[0], scope=call.key[1], call_id=call.key[2], agent=call.agent,
                 tool=call.tool, args_digest=call.args_digest, needs_approval=call.gated,
                 decision=decision.decision if decision else None,
-                sticky=decision is not None and (decision.always or decision is not call.decision),
+                sticky=decision is not None and (
+                    decision.always or all(decision is not d for d in call.decisions)),
                 approver=decision.approver if decision else None,
                 decided_at=decision.time if decision else None,
                 executed_at=(executed_at or {}).get(call.key), persisted=len(call.persisted),

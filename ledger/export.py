@@ -39,13 +39,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from .errors import EvidenceError, StorageError, UsageError
-from .index import VIEWS, Progress, View, connect_read_only, derive, update_index
+from .index import (
+    MAX_TIME_NS,
+    VIEWS,
+    Progress,
+    View,
+    connect_read_only,
+    derive,
+    raise_if_damaged,
+    rebuilt_if_damaged,
+    update_index,
+)
 from .log import Ledger
 from .proofs import log_root
 
@@ -260,29 +271,9 @@ def export_ledger(
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"{target} exists and is not an empty directory")
-    info = update_index(ledger, index)
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create {target}: {exc.strerror}") from exc
-    files = []
-    with connect_read_only(info.path) as con:
-        tree_size, root_hash = con.execute(
-            "SELECT tree_size, root_hash FROM ledger_index"
-        ).fetchall()[0]
-        if base64.b64encode(log_root(ledger, tree_size)).decode("ascii") != root_hash:
-            raise EvidenceError(
-                f"the log no longer has the root the index recorded at tree size {tree_size} "
-                "(it changed after it was indexed); run verify"
-            )
-        for view in VIEWS.values():
-            table = con.sql(f"SELECT * FROM {view.name} ORDER BY {view.order}").to_arrow_table()
-            table = _select(table.cast(view.schema), view, since, until)
-            name = f"{view.name}.{FORMATS[fmt]}"
-            files.append({"name": name, "view": view.name, "rows": table.num_rows,
-                          "sha256": _write(table, fmt, target / name)})
-            if progress:
-                progress(tree_size, len(files), len(VIEWS))
+    tree_size, root_hash, files = rebuilt_if_damaged(
+        index, False, lambda rebuild: _export_views(
+            ledger, index, rebuild, fmt, target, since, until, progress))
     manifest = {
         "export_format_version": EXPORT_FORMAT_VERSION, "format": fmt,
         "tree_size": tree_size, "root_hash": root_hash, "since_ns": since, "until_ns": until,
@@ -293,6 +284,47 @@ def export_ledger(
     except OSError as exc:
         raise StorageError(f"cannot write {target / MANIFEST}: {exc.strerror}") from exc
     return manifest
+
+
+def _export_views(
+    ledger: Ledger, index: str | os.PathLike[str] | None, rebuild: bool, fmt: str,
+    target: Path, since: int | None, until: int | None, progress: Progress | None,
+) -> tuple[int, str, list[dict[str, Any]]]:
+    """Write every view to ``target`` from the index brought up to date; return the tree
+    size and root hash it stands at and the manifest's file list.
+
+    Raises:
+        DamagedIndexError: if DuckDB finds the index file damaged while reading it.
+    """
+    info = update_index(ledger, index, rebuild=rebuild)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {target}: {exc.strerror}") from exc
+    files = []
+    with connect_read_only(info.path) as con:
+        try:
+            tree_size, root_hash = con.execute(
+                "SELECT tree_size, root_hash FROM ledger_index"
+            ).fetchall()[0]
+            if base64.b64encode(log_root(ledger, tree_size)).decode("ascii") != root_hash:
+                raise EvidenceError(
+                    f"the log no longer has the root the index recorded at tree size "
+                    f"{tree_size} (it changed after it was indexed); run verify"
+                )
+            for view in VIEWS.values():
+                table = con.sql(
+                    f"SELECT * FROM {view.name} ORDER BY {view.order}").to_arrow_table()
+                table = _select(table.cast(view.schema), view, since, until)
+                name = f"{view.name}.{FORMATS[fmt]}"
+                files.append({"name": name, "view": view.name, "rows": table.num_rows,
+                              "sha256": _write(table, fmt, target / name)})
+                if progress:
+                    progress(tree_size, len(files), len(VIEWS))
+        except duckdb.Error as exc:
+            raise_if_damaged(exc, index)
+            raise
+    return tree_size, root_hash, files
 
 
 # -- verify-export ------------------------------------------------------------------------
@@ -337,7 +369,7 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
         and fmt in FORMATS
         and _count(manifest.get("tree_size"))
         and isinstance(manifest.get("root_hash"), str)
-        and all(manifest.get(k) is None or _count(manifest.get(k)) for k in _RANGE)
+        and all(manifest.get(k) is None or _time(manifest.get(k)) for k in _RANGE)
         and isinstance(manifest.get("files"), list)
         and all(
             isinstance(f, dict) and f.get("view") in VIEWS
@@ -360,6 +392,10 @@ _RANGE = ("since_ns", "until_ns")
 
 def _count(value: Any) -> bool:
     return type(value) is int and value >= 0
+
+
+def _time(value: Any) -> bool:
+    return _count(value) and value <= MAX_TIME_NS
 
 
 def _first_row_difference(ours: pa.Table, theirs: pa.Table) -> int:

@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -60,7 +60,10 @@ from .verify import Report
 
 __all__ = [
     "INDEX_NAME",
+    "MAX_TIME_NS",
     "VIEWS",
+    "Chunk",
+    "DamagedIndexError",
     "Deriver",
     "IndexInfo",
     "Progress",
@@ -70,6 +73,8 @@ __all__ = [
     "connect_read_only",
     "derive",
     "index_path",
+    "raise_if_damaged",
+    "rebuilt_if_damaged",
     "run_query",
     "update_index",
 ]
@@ -78,11 +83,14 @@ INDEX_NAME = "index.duckdb"
 INDEX_VERSION = 1
 CHUNK = 50_000
 """Records decoded between two bulk inserts."""
+MAX_TIME_NS = 2**63 - 1
+"""Latest entry time the index holds (its time columns are BIGINT ns)."""
 
 Progress = Callable[[int, int, int], None]
 """``progress(entries_done, bytes_done, bytes_total)``, called after each chunk."""
 
 CallKey = tuple[str, tuple[str, ...], str]
+T = TypeVar("T")
 
 _ARROW = {
     "BIGINT": pa.int64(),
@@ -376,6 +384,11 @@ class Deriver:
             raise EvidenceError(
                 f"log damaged at seq {seq}: seq or prev does not continue the log (run verify)"
             )
+        if entry.time > MAX_TIME_NS:
+            raise EvidenceError(
+                f"cannot index seq {seq}: its time {entry.time} ns is past the index's range "
+                f"({MAX_TIME_NS} ns, in the year 2262); verify reads it"
+            )
         hash_ = entry_hash(record.data)
         self.tree.append(merkle.leaf_hash(record.data))
         self.engine.feed(entry)
@@ -410,7 +423,8 @@ class Deriver:
         new = self.engine.findings[self._findings:]
         for number, finding in enumerate(new, start=self._findings):
             key = (finding.run_id, finding.scope, finding.call_id)
-            state = self.engine.calls.get(key)  # type: ignore[arg-type]
+            state = self.engine.calls.get(key) or (  # type: ignore[arg-type]
+                self.engine.find_call(*key) if None not in key else None)  # type: ignore[arg-type]
             if state is not None:
                 self._touched.add(state.key)
             at = time if finding.seq == seq else None
@@ -587,9 +601,25 @@ def _load_state(target: Path, size: int, last_hash: str) -> Deriver | None:
             state = _StateUnpickler(fh).load()
     except Exception:  # missing or damaged: the index is a cache, rebuild it
         return None
-    if not isinstance(state, Deriver) or state.size != size or _d(state.last_hash) != last_hash:
+    if not _well_formed(state) or state.size != size or _d(state.last_hash) != last_hash:
         return None
     return state
+
+
+def _well_formed(state: object) -> bool:
+    """True when ``state`` is a :class:`Deriver` whose own fields have the types the
+    update reads (the unpickler admits only our classes, not their shapes)."""
+    fields = getattr(state, "__dict__", {})
+    types = {
+        "engine": rules.RuleEngine, "tree": merkle.CompactRange, "size": int, "offset": int,
+        "last_offset": int, "last_hash": bytes, "_fed": dict, "_violations": list,
+        "_touched": set, "_findings": int, "_persisted_at": dict, "_executed_at": dict,
+    }
+    return (
+        isinstance(state, Deriver) and fields.keys() == types.keys()
+        and all(type(fields[name]) is kind for name, kind in types.items())
+        and len(fields["last_hash"]) == 32
+    )
 
 
 def _save_state(target: Path, deriver: Deriver) -> None:
@@ -812,14 +842,18 @@ class _Inserter:
     Use as a context manager around the loop that calls :meth:`put`, inside a
     transaction: each chunk is inserted and committed, and a new transaction begun (so
     memory holds one chunk, not the whole update). The connection must not be used by
-    anyone else until the block exits. On exit the thread has inserted everything put,
-    or stopped at its first error, re-raised here (a DuckDB error as :class:`UsageError`).
+    anyone else until the block exits. On exit the thread has stopped: it has inserted
+    everything put, or stopped at its first error, re-raised here (a DuckDB error as
+    :class:`UsageError`). When the block raises (Ctrl-C included), the chunk being
+    inserted is interrupted and the rest dropped; a Ctrl-C while waiting for the thread
+    is re-raised once it has stopped, so the connection is never closed under it.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
         self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=2)
         self._error: Exception | None = None
+        self._abort = False
         self._thread = threading.Thread(target=self._run, name="index-insert", daemon=True)
 
     def __enter__(self) -> _Inserter:
@@ -832,7 +866,7 @@ class _Inserter:
 
     def _run(self) -> None:
         while (chunk := self._queue.get()) is not None:
-            if self._error is None:
+            if self._error is None and not self._abort:
                 try:
                     chunk.insert(self._con)
                     self._con.execute("COMMIT")
@@ -840,15 +874,34 @@ class _Inserter:
                 except Exception as exc:  # re-raised in the caller's thread on exit
                     self._error = exc
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._queue.put(None)
-        self._thread.join()
-        error, self._error = self._error, None
-        if error is None or exc_info[0] is not None:
+    def _stop_early(self) -> None:
+        self._abort = True
+        with contextlib.suppress(Exception):
+            self._con.interrupt()
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        if exc_type is not None:
+            self._stop_early()
+        interrupted: KeyboardInterrupt | None = None
+        while True:  # the sentinel, then the thread's end, whatever Ctrl-C comes meanwhile
+            try:
+                if self._thread.is_alive() and not self._queue.full():
+                    self._queue.put_nowait(None)
+                self._thread.join(timeout=0.1)
+                if not self._thread.is_alive():
+                    break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+                self._stop_early()
+        if exc_type is not None:
             return
+        if interrupted is not None:
+            raise interrupted
+        error, self._error = self._error, None
         if isinstance(error, duckdb.Error):
             raise UsageError(f"cannot write the index: {_one_line(error)}") from error
-        raise error
+        if error is not None:
+            raise error
 
 
 def _catch_up(
@@ -960,7 +1013,10 @@ def _is_current(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> bool:
         size = ledger.store.path.stat().st_size
     except OSError:
         return False
-    return size == meta[6] and _same_log(ledger, meta[2], meta[4], meta[5])
+    return (
+        size == meta[6] and _same_log(ledger, meta[2], meta[4], meta[5])
+        and _complete(con, meta[2])
+    )
 
 
 @dataclass(frozen=True)
@@ -990,14 +1046,38 @@ def run_query(
     rebuild: bool = False,
     progress: Progress | None = None,
 ) -> QueryResult:
-    """Run one read-only SQL statement over the index, brought up to date first.
+    """Run one read-only SQL statement over the index, brought up to date first. A
+    default index that turns out damaged while read (:class:`DamagedIndexError`) is
+    rebuilt and the statement run again.
 
     Raises:
-        UsageError: if the statement is not a single read, or fails (one-line message).
+        UsageError: if the statement is not a single read, or fails (one-line message);
+            :class:`DamagedIndexError` for a damaged index named by ``path``.
         EvidenceError: if the log fails integrity while indexing.
     """
     check_read_only(sql)
     ledger.require_exists()
+    return rebuilt_if_damaged(
+        path, rebuild, lambda again: _query(ledger, sql, path, again, progress))
+
+
+def rebuilt_if_damaged(
+    path: str | os.PathLike[str] | None, rebuild: bool, read: Callable[[bool], T]
+) -> T:
+    """``read(rebuild)``; when it raises :class:`DamagedIndexError` and the index is the
+    default one (a cache of ours), ``read(True)`` once more."""
+    try:
+        return read(rebuild)
+    except DamagedIndexError:
+        if path is not None or rebuild:
+            raise
+    return read(True)
+
+
+def _query(
+    ledger: Ledger, sql: str, path: str | os.PathLike[str] | None, rebuild: bool,
+    progress: Progress | None,
+) -> QueryResult:
     target = index_path(ledger, path)
     if not rebuild and target.is_file():
         with _flock(target, exclusive=False):
@@ -1016,12 +1096,29 @@ def run_query(
         return _execute(con, sql)
 
 
+class DamagedIndexError(UsageError):
+    """The index file fails DuckDB's own checks while it is read (a damaged cache):
+    the default index is rebuilt; one named with ``--index`` needs ``--rebuild``."""
+
+
+def raise_if_damaged(exc: duckdb.Error, path: str | os.PathLike[str] | None = None) -> None:
+    """Raise :class:`DamagedIndexError` when ``exc`` is DuckDB finding its file damaged
+    (a block whose checksum does not match; DuckDB gives it no class of its own)."""
+    text = str(exc)
+    if "Corrupt database file" in text or "does not match stored checksum" in text:
+        where = f"index {path}" if path else "the index"
+        raise DamagedIndexError(
+            f"{where} is damaged ({_one_line(exc)}); run again with --rebuild"
+        ) from exc
+
+
 def _execute(con: duckdb.DuckDBPyConnection, sql: str) -> QueryResult:
     try:
         meta = _one(con, "SELECT tree_size, root_hash FROM ledger_index")
         cursor = con.execute(sql)
         rows = cursor.fetchall()
     except duckdb.Error as exc:
+        raise_if_damaged(exc)
         raise UsageError(f"SQL error: {_one_line(exc)}") from exc
     assert meta is not None
     description = cursor.description or []

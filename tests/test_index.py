@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import os
 import pickle
 import re
 import shutil
+import signal
 import threading
 import time
 from collections import Counter
@@ -39,7 +41,7 @@ from ledger.log import Ledger
 from ledger.store import FileLogStore
 from ledger.verify import verify_records
 from ledger.writer import EvidenceWriter
-from tests.helpers import DATA
+from tests.helpers import DATA, run_cli
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "QUERIES.md"
 HOUR = 3600 * 10**9
@@ -557,8 +559,6 @@ def test_gated_without_approval_agrees_with_the_verifier_after_a_double_ingest(t
     # the same file ingested twice: the second execution is exactly_once, not unapproved
     import json
 
-    from tests.helpers import DATA, run_cli
-
     events = DATA / "cases" / "ingested_twice.jsonl"
     assert run_cli("ingest", str(events), "--ledger", str(tmp_path)).code == 0
     assert run_cli("ingest", str(events), "--ledger", str(tmp_path), "--again").code == 0
@@ -605,3 +605,148 @@ def test_saved_state_loads_back_to_equal_call_states(audit):
     calls = deriver.engine.calls
     assert loaded.engine.calls == calls and any(c.decisions for c in calls.values())
     assert loaded.engine.findings == deriver.engine.findings
+
+
+def _killed_midway(ledger: Ledger, monkeypatch) -> None:
+    """An update that dies after committing some chunks (CHUNK made tiny)."""
+
+    def killed(self):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(index_mod, "CHUNK", 3)
+        patch.setattr(Deriver, "take_chains", killed)
+        with pytest.raises(KeyboardInterrupt):
+            update_index(ledger)
+
+
+def test_a_query_after_a_killed_update_and_a_cut_back_log_rebuilds(tmp_path, monkeypatch):
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    update_index(ledger)
+    indexed = ledger.store.path.read_bytes()
+    writer = EvidenceWriter(ledger)
+    for i in range(7):
+        writer.run_end(run_id=f"late-{i}", status="completed")
+    _killed_midway(ledger, monkeypatch)
+    ledger.store.path.write_bytes(indexed)  # the log as it was when last indexed
+    result = run_query(ledger, "SELECT count(*), max(seq) FROM entries")
+    assert result.rows == [(25, 24)] and result.tree_size == 25
+
+
+def test_ctrl_c_while_waiting_for_the_insert_thread_stops_it_before_returning():
+    interrupted = []
+
+    class Connection:  # what the insert thread calls
+        def execute(self, sql):
+            pass
+
+        def interrupt(self):
+            interrupted.append(True)
+
+    class SlowChunk:
+        def insert(self, con):
+            time.sleep(1.0)  # a chunk being stored when Ctrl-C comes
+
+    inserter = index_mod._Inserter(Connection())
+    ctrl_c = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    ctrl_c.start()
+    try:
+        with pytest.raises(KeyboardInterrupt), inserter:
+            inserter.put(SlowChunk())
+    finally:
+        ctrl_c.cancel()
+    # before: Ctrl-C left it running, and the caller closed the connection under it
+    assert not inserter._thread.is_alive() and interrupted
+
+
+def test_a_state_of_the_wrong_shape_is_rebuilt_not_an_internal_error(tmp_path):
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    update_index(ledger)
+    state = index_mod.index_path(ledger).with_name("index.duckdb.state")
+    deriver = pickle.loads(state.read_bytes())
+    deriver.last_hash = deriver.last_hash.hex()  # the right size, a str where bytes belong
+    state.write_bytes(pickle.dumps(deriver))
+    EvidenceWriter(ledger).run_end(run_id="r1", status="completed")
+    info = update_index(ledger)
+    assert info.rebuilt and info.tree_size == 26
+
+
+def test_an_entry_time_past_the_index_range_is_one_clear_error(tmp_path):
+    ledger = Ledger(tmp_path)
+    EvidenceWriter(ledger).run_end(run_id="r", status="completed", time_ns=2**63)
+    assert verify_ledger(ledger).ok  # the format holds it; the index's BIGINT does not
+    with pytest.raises(EvidenceError, match="seq 0: its time 9223372036854775808 ns is past"):
+        update_index(ledger)
+    result = run_cli("query", "--ledger", str(tmp_path), "SELECT 1")
+    assert result.code == 1 and result.err.count("\n") == 1 and "past the index" in result.err
+
+
+def test_a_finding_names_the_call_its_entry_is_attributed_to(tmp_path):
+    ledger = Ledger(tmp_path)
+    writer = EvidenceWriter(ledger)
+    writer.call(run_id="r", scope=["ask:c0"], call_id="c1", agent="a", tool="t",
+                arguments="{}", needs_approval=True)
+    writer.decision(run_id="r", scope=["ask:c0"], call_id="c1", decision="approve",
+                    approver="u", arguments="{}")
+    writer.execution(run_id="r", call_id="c1", arguments="{}", result="ok")  # top level
+    (finding,) = rows(ledger, "SELECT rule, call_seq FROM violations")
+    (execution,) = rows(ledger, "SELECT call_seq FROM executions")
+    assert finding == {"rule": "nested_ownership", "call_seq": 0} and execution["call_seq"] == 0
+
+
+def test_a_decision_after_the_execution_does_not_make_the_chain_sticky(tmp_path):
+    ledger = Ledger(tmp_path)
+    writer = EvidenceWriter(ledger)
+    writer.call(run_id="r", call_id="c1", agent="a", tool="t", arguments="{}",
+                needs_approval=True)
+    writer.decision(run_id="r", call_id="c1", decision="approve", approver="alice",
+                    arguments="{}")
+    writer.execution(run_id="r", call_id="c1", arguments="{}", result="ok")
+    writer.decision(run_id="r", call_id="c1", decision="reject", approver="bob",
+                    arguments="{}")
+    (chain,) = rows(ledger, "SELECT decision, sticky, approver FROM call_chains")
+    assert chain == {"decision": "approve", "sticky": False, "approver": "alice"}
+
+
+def _damaged_in_a_data_block(path: Path) -> bytes:
+    """The index file with one of its data blocks damaged: it still opens and its metadata
+    reads, but DuckDB finds a checksum mismatch when a view is read."""
+    original = path.read_bytes()
+    for offset in range(4096 * 3, len(original), 16_384):
+        data = bytearray(original)
+        data[offset:offset + 4096] = bytes(b ^ 0x5A for b in data[offset:offset + 4096])
+        path.write_bytes(bytes(data))
+        try:
+            with index_mod.connect_read_only(path) as con:
+                con.execute("SELECT * FROM ledger_index").fetchall()
+        except Exception:
+            continue  # the metadata itself: an index that fails to open is rebuilt anyway
+        try:
+            with index_mod.connect_read_only(path) as con:
+                for name in VIEWS:
+                    con.execute(f"SELECT * FROM {name}").fetchall()
+        except Exception as exc:
+            if "Corrupt database file" in str(exc):
+                return bytes(data)
+    raise AssertionError("no offset damages a data block alone")
+
+
+def test_a_damaged_default_index_is_rebuilt_by_query_and_export(tmp_path):
+    ledger = Ledger(tmp_path / "l")
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    update_index(ledger)
+    path = index_mod.index_path(ledger)
+    damaged = _damaged_in_a_data_block(path)
+    every_row = " + ".join(f"(SELECT count(DISTINCT t) FROM {name} t)" for name in VIEWS)
+    total = sum(table.num_rows for table in derive(ledger.scan())[1].values())
+    result = run_cli("query", "--ledger", str(ledger.directory), f"SELECT {every_row} AS n",
+                     "--format", "csv")
+    assert result.code == 0 and result.out.split() == ["n", str(total)], result.err
+    path.write_bytes(damaged)
+    out = tmp_path / "export"
+    result = run_cli("export", "--ledger", str(ledger.directory), "--format", "jsonl",
+                     "--out", str(out))
+    assert result.code == 0, result.err
+    assert run_cli("verify-export", str(out), "--ledger", str(ledger.directory)).code == 0
