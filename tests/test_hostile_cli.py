@@ -185,6 +185,20 @@ def test_verify_export_takes_a_manifest_without_a_time_range(tmp_path):
     assert result.code == 0, result.err
 
 
+@pytest.mark.parametrize("key", ["since_ns", "until_ns"])
+def test_verify_export_refuses_a_manifest_time_past_the_index_range(tmp_path, key):
+    ledger, _ = _keyed(tmp_path)
+    out = tmp_path / "export"
+    assert run_cli("export", "--ledger", str(ledger), "--format", "csv",
+                   "--out", str(out)).code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest[key] = 2**64  # before: an OverflowError, reported as an internal error
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("verify-export", str(out), "--ledger", str(ledger))
+    assert result.code == 1 and _one_line(result), result.err
+    assert "not an evidence-ledger export manifest" in result.err
+
+
 def _tree(path):
     return sorted((p.relative_to(path), p.stat().st_size) for p in path.rglob("*"))
 
