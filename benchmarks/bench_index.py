@@ -258,9 +258,10 @@ def rows(ledgers: dict[int, Path], verify_rates: dict[int, float] | None = None)
                 unit="entries/s", baselines={"floor": size / floor_s, "verify": verify_rate},
                 ratio=floor_s / build_s, target=">= 100,000 entries/s" if big else "",
                 met=(size / build_s >= 100_000) if big else None,
-                note="ratio = our rate / the floor's (build_floor: read, unpack, hash and "
-                "bulk-load the raw entries, no rules); verify = the verifier's rate over the "
-                "same log (no payload re-hash), all this run",
+                note=f"log.bin {ledger.store.path.stat().st_size / 1e6:,.0f} MB; ratio = our "
+                "rate / the floor's (build_floor: read, unpack, hash and bulk-load the raw "
+                "entries, no rules); verify = the verifier's rate over the same log (no "
+                "payload re-hash), all this run",
             ))
             sql = f"SELECT * FROM call_chains WHERE call_id = 'call_{size // 10:09d}'"
             query_s = median_time(lambda: run_query(ledger, sql, index), 5)  # noqa: B023
