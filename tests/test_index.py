@@ -646,7 +646,7 @@ def test_ctrl_c_while_waiting_for_the_insert_thread_stops_it_before_returning():
 
     class SlowChunk:
         def insert(self, con):
-            time.sleep(1.0)  # a chunk being stored when Ctrl-C comes
+            time.sleep(3.0)  # a chunk being stored when Ctrl-C comes (at 0.3 s)
 
     inserter = index_mod._Inserter(Connection())
     ctrl_c = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
