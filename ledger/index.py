@@ -854,6 +854,8 @@ class _Inserter:
         self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=2)
         self._error: Exception | None = None
         self._abort = False
+        self._done = threading.Event()  # set as the thread ends (Python 3.11's Thread.join,
+        # interrupted by Ctrl-C, marks a running thread stopped: is_alive() cannot be trusted)
         self._thread = threading.Thread(target=self._run, name="index-insert", daemon=True)
 
     def __enter__(self) -> _Inserter:
@@ -865,14 +867,17 @@ class _Inserter:
         self._queue.put(chunk)
 
     def _run(self) -> None:
-        while (chunk := self._queue.get()) is not None:
-            if self._error is None and not self._abort:
-                try:
-                    chunk.insert(self._con)
-                    self._con.execute("COMMIT")
-                    self._con.execute("BEGIN TRANSACTION")
-                except Exception as exc:  # re-raised in the caller's thread on exit
-                    self._error = exc
+        try:
+            while (chunk := self._queue.get()) is not None:
+                if self._error is None and not self._abort:
+                    try:
+                        chunk.insert(self._con)
+                        self._con.execute("COMMIT")
+                        self._con.execute("BEGIN TRANSACTION")
+                    except Exception as exc:  # re-raised in the caller's thread on exit
+                        self._error = exc
+        finally:
+            self._done.set()
 
     def _stop_early(self) -> None:
         self._abort = True
@@ -883,12 +888,13 @@ class _Inserter:
         if exc_type is not None:
             self._stop_early()
         interrupted: KeyboardInterrupt | None = None
+        sent = False
         while True:  # the sentinel, then the thread's end, whatever Ctrl-C comes meanwhile
             try:
-                if self._thread.is_alive() and not self._queue.full():
+                if not sent and not self._queue.full():
                     self._queue.put_nowait(None)
-                self._thread.join(timeout=0.1)
-                if not self._thread.is_alive():
+                    sent = True
+                if self._done.wait(timeout=0.1):
                     break
             except KeyboardInterrupt as exc:
                 interrupted = exc
