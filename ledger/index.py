@@ -721,7 +721,10 @@ def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
     another file named by ``--index`` is refused, never clobbered."""
     try:
         if path.exists() and not owned and not (path.is_file() and _is_duckdb_file(path)):
-            raise UsageError(f"refusing to replace {path}: it is not a DuckDB index (pass --index)")
+            raise UsageError(
+                f"refusing to replace {path}: it is not a DuckDB index (delete it if it is "
+                "a damaged index, or name another file with --index)"
+            )
         for stale in (path, path.with_name(path.name + ".wal"), _state_path(path)):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
@@ -1094,12 +1097,12 @@ def _query(
             if con is not None:
                 try:
                     if _is_current(con, ledger):
-                        return _execute(con, sql)
+                        return _execute(con, sql, target)
                 finally:
                     con.close()
     info = update_index(ledger, path, rebuild=rebuild, progress=progress)
     with connect_read_only(info.path) as con:
-        return _execute(con, sql)
+        return _execute(con, sql, info.path)
 
 
 class DamagedIndexError(UsageError):
@@ -1118,13 +1121,13 @@ def raise_if_damaged(exc: duckdb.Error, path: str | os.PathLike[str] | None = No
         ) from exc
 
 
-def _execute(con: duckdb.DuckDBPyConnection, sql: str) -> QueryResult:
+def _execute(con: duckdb.DuckDBPyConnection, sql: str, path: Path) -> QueryResult:
     try:
         meta = _one(con, "SELECT tree_size, root_hash FROM ledger_index")
         cursor = con.execute(sql)
         rows = cursor.fetchall()
     except duckdb.Error as exc:
-        raise_if_damaged(exc)
+        raise_if_damaged(exc, path)
         raise UsageError(f"SQL error: {_one_line(exc)}") from exc
     assert meta is not None
     description = cursor.description or []

@@ -653,6 +653,8 @@ def test_ctrl_c_while_waiting_for_the_insert_thread_stops_it_before_returning():
 
     inserter = index_mod._Inserter(Connection())
     ctrl_c = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    # Ctrl-C raises KeyboardInterrupt here even in an xdist worker, which ignores SIGINT
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     ctrl_c.start()
     try:
         with pytest.raises(KeyboardInterrupt), inserter:
@@ -661,6 +663,7 @@ def test_ctrl_c_while_waiting_for_the_insert_thread_stops_it_before_returning():
         assert stored and interrupted
     finally:
         ctrl_c.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_state_of_the_wrong_shape_is_rebuilt_not_an_internal_error(tmp_path):
