@@ -403,7 +403,7 @@ class Deriver:
         call_id = b.get("call_id")
         if type(call_id) is str and "scope" in b:  # a call identity (fields typed by kind)
             key = (b["run_id"], tuple(b["scope"]), call_id)
-            call = self.engine.calls.get(key) or self.engine.find_call(*key)
+            call = self.engine.find_call(*key)
         fed = self._fed.get(kind)
         if fed is None:
             fed = self._fed[kind] = ([], [])
@@ -422,9 +422,10 @@ class Deriver:
     def _take_findings(self, seq: int, time: int) -> None:
         new = self.engine.findings[self._findings:]
         for number, finding in enumerate(new, start=self._findings):
-            key = (finding.run_id, finding.scope, finding.call_id)
-            state = self.engine.calls.get(key) or (  # type: ignore[arg-type]
-                self.engine.find_call(*key) if None not in key else None)  # type: ignore[arg-type]
+            state = (
+                self.engine.find_call(finding.run_id, finding.scope, finding.call_id)
+                if finding.run_id is not None and finding.call_id is not None else None
+            )
             if state is not None:
                 self._touched.add(state.key)
             at = time if finding.seq == seq else None

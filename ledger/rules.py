@@ -239,7 +239,8 @@ class RuleEngine:
         """The call the rules attribute evidence naming this identity to: the exact
         ``(run_id, scope, call_id)``, else the latest call with that ``(run_id, call_id)``
         in any scope; None when no such call is recorded (read-only)."""
-        return self._find({"run_id": run_id, "scope": scope, "call_id": call_id})
+        exact = self.calls.get((run_id, scope, call_id))  # the common case, without a body
+        return exact or self._find({"run_id": run_id, "scope": scope, "call_id": call_id})
 
     def _effective(self, call: CallState) -> Decision | None:
         """The latest explicit decision on ``call``, else the latest sticky one on its tool
