@@ -1075,7 +1075,12 @@ def rebuilt_if_damaged(
     path: str | os.PathLike[str] | None, rebuild: bool, read: Callable[[bool], T]
 ) -> T:
     """``read(rebuild)``; when it raises :class:`DamagedIndexError` and the index is the
-    default one (a cache of ours), ``read(True)`` once more."""
+    default one (a cache of ours), ``read(True)`` once more.
+
+    Raises:
+        DamagedIndexError: for an index named by ``path`` (never replaced unasked), or
+            when ``read`` was already rebuilding.
+    """
     try:
         return read(rebuild)
     except DamagedIndexError:
