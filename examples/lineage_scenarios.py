@@ -16,8 +16,12 @@ gated tool ``wire`` and records it through :class:`~ledger.integrations.openai_a
   retry_write     the approved state is resumed with a session whose next write fails (the
                   leg fails after the tool ran); the same state object is resumed again (it
                   must finish the write without running the tool twice)
-  handoff         a triage agent hands off to a billing agent, with a session: the transfer
-                  message the SDK persists must trace back to the recorded handoff
+  handoff         a triage agent asks for two handoffs in one response, with a session: the
+                  SDK runs the first (its transfer message must trace back to the recorded
+                  handoff) and ignores the second (its output, to the recorded block)
+  output_guard    a tool output guardrail replaces a tool's result, with a session: the
+                  execution keeps what the tool returned, the persisted message traces
+                  back to the recorded block
 
 What ``evidence-ledger verify`` reports, as recorded (``tests/test_lineage_matrix.py``):
 openai-agents 0.21.0, 0.22.3, 0.23.1, 0.24.0: nothing, on every scenario; 0.20.0:
@@ -49,7 +53,15 @@ from typing import Any
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
-from agents import Agent, RunState, SQLiteSession, Usage, function_tool
+from agents import (
+    Agent,
+    RunState,
+    SQLiteSession,
+    ToolGuardrailFunctionOutput,
+    Usage,
+    function_tool,
+    tool_output_guardrail,
+)
 from agents.exceptions import AgentsException
 from agents.items import ModelResponse
 from agents.models.interface import Model
@@ -74,19 +86,23 @@ def _get(item: Any, name: str) -> Any:
     return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
 
 
-def responder(plan: Plan, answer: str) -> Responder:
+def responder(plan: Plan, answer: str, together: bool = False) -> Responder:
     """A model turn that makes the next call of ``plan`` whose output is not in the input
-    yet (one call per turn), then answers ``answer``. Robust to replays and resumes."""
+    yet (one call per turn; ``together``: every such call in one turn), then answers
+    ``answer``. Robust to replays and resumes."""
 
     def respond(model_input: Any) -> list[Any]:
         items = model_input if isinstance(model_input, list) else []
         done = {_get(i, "call_id") for i in items if _get(i, "type") == "function_call_output"}
-        for tool, arguments, call_id in plan:
-            if call_id not in done:
-                return [ResponseFunctionToolCall(
-                    id=call_id, call_id=call_id, type="function_call", name=tool,
-                    arguments=json.dumps(arguments, separators=(",", ":")),
-                )]
+        calls = [
+            ResponseFunctionToolCall(
+                id=call_id, call_id=call_id, type="function_call", name=tool,
+                arguments=json.dumps(arguments, separators=(",", ":")),
+            )
+            for tool, arguments, call_id in plan if call_id not in done
+        ]
+        if calls:
+            return calls if together else calls[:1]
         return [ResponseOutputMessage(
             id="msg", type="message", role="assistant", status="completed",
             content=[ResponseOutputText(text=answer, type="output_text", annotations=[])],
@@ -116,9 +132,9 @@ class TinyScriptedModel(Model):
                                      sequence_number=0)
 
 
-def scripted_model(plan: Plan, answer: str) -> Model:
-    """``agents.testing.ScriptedModel`` playing ``responder(plan, answer)``, or the tiny one."""
-    respond = responder(plan, answer)
+def scripted_model(plan: Plan, answer: str, together: bool = False) -> Model:
+    """``agents.testing.ScriptedModel`` playing :func:`responder`, or the tiny one."""
+    respond = responder(plan, answer, together)
     try:
         from agents.testing import ModelStep, ScriptedModel
     except ImportError:
@@ -255,10 +271,34 @@ async def retry_write(recorder: Recorder, streamed: bool) -> None:
 
 async def handoff(recorder: Recorder, streamed: bool) -> None:
     billing = Agent(name="billing", model=scripted_model([], "billing here"))
-    triage = Agent(name="triage", handoffs=[billing], model=scripted_model(
-        [("transfer_to_billing", {}, f"{tag('handoff', streamed)}-1")], "not reached"))
+    legal = Agent(name="legal", model=scripted_model([], "legal here"))
+    prefix = tag("handoff", streamed)
+    triage = Agent(name="triage", handoffs=[billing, legal], model=scripted_model(
+        [("transfer_to_billing", {}, f"{prefix}-1"), ("transfer_to_legal", {}, f"{prefix}-2")],
+        "not reached", together=True))
     session = SQLiteSession(f"handoff-{streamed}", ":memory:")
     await run(recorder, triage, "a refund, please", streamed, session=session)
+
+
+@tool_output_guardrail
+def no_card_numbers(data: Any) -> ToolGuardrailFunctionOutput:
+    """Withhold a result that shows a card number."""
+    if "4111" in str(data.output):
+        return ToolGuardrailFunctionOutput.reject_content("[card number withheld]")
+    return ToolGuardrailFunctionOutput.allow()
+
+
+@function_tool(tool_output_guardrails=[no_card_numbers])
+def card_on_file(customer: str) -> str:
+    """The card a customer has on file."""
+    return f"{customer}: 4111 1111 1111 1111"
+
+
+async def output_guard(recorder: Recorder, streamed: bool) -> None:
+    agent = Agent(name="support", tools=[card_on_file], model=scripted_model(
+        [("card_on_file", {"customer": "c-9"}, f"{tag('output_guard', streamed)}-1")], "done"))
+    session = SQLiteSession(f"output-guard-{streamed}", ":memory:")
+    await run(recorder, agent, "which card?", streamed, session=session)
 
 
 SCENARIOS: dict[str, Callable[[Recorder, bool], Any]] = {
@@ -269,6 +309,7 @@ SCENARIOS: dict[str, Callable[[Recorder, bool], Any]] = {
     "nested3": nested(3),
     "retry_write": retry_write,
     "handoff": handoff,
+    "output_guard": output_guard,
 }
 """Scenario name -> coroutine function ``(recorder, streamed)``."""
 

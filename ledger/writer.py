@@ -456,7 +456,9 @@ class EvidenceWriter:
         tool: str | None = None,
         time_ns: int | None = None,
     ) -> bytes:
-        """Record that a tool guardrail blocked a call (its ``message`` replaces the output)."""
+        """Record that a guardrail blocked a call: its ``message`` (None: not known) replaces
+        the call's output. A tool input guardrail blocks before the tool runs, a tool output
+        guardrail after (its execution is recorded first)."""
         body = {
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "guardrail": guardrail,
             "message_digest": self._put_output(message) if message else None,

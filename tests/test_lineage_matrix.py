@@ -17,15 +17,21 @@ What the releases do, as recorded (streamed and not streamed alike):
   (``approved_not_executed``); and with two or three agent-tool edges it pauses an
   approved nested call again on resume (``approved_not_executed``), parked for good.
 - 0.21.0, 0.22.3, 0.23.1 and 0.24.0 keep forks, runs and nested approvals apart.
+- Every release ignores all but the first of several handoffs in one response, and
+  persists a tool output guardrail's message in place of the tool's result: both are
+  recorded as blocks, so verify stays clean, and the execution keeps the tool's result.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from ledger.log import Ledger
 
 from .helpers import run_cli
 from .sdk_venvs import REPO_ROOT, sdk_env, sdk_venv
@@ -36,6 +42,7 @@ SCRIPT = REPO_ROOT / "examples" / "lineage_scenarios.py"
 RELEASES = ("0.20.0", "0.21.0", "0.22.3", "0.23.1", "0.24.0")
 SCENARIOS = (
     "fork", "reuse_call_id", "nested1", "nested2", "nested3", "retry_write", "handoff",
+    "output_guard",
 )
 
 EXPECTED: dict[tuple[str, str], set[str]] = {
@@ -79,3 +86,11 @@ def test_lineage_scenarios_report_what_the_release_does(tmp_path: Path, release:
         for name in recorded
     }
     assert reported == expected
+    for mode in ("", "-streamed"):  # verify is clean either way: the execution must hold
+        # what the tool returned, not the guardrail's message the SDK persisted
+        found = [e for e, _ in Ledger(Path(str(recorded[f"output_guard{mode}"]["ledger"])))
+                 .entries()]
+        assert [e.body["result_digest"] for e in found if e.kind == "execution"] == [
+            hashlib.sha256(b"c-9: 4111 1111 1111 1111").digest()]
+        assert [e.body["guardrail"] for e in found if e.kind == "guardrail"] == [
+            "no_card_numbers"]

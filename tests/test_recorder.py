@@ -25,13 +25,16 @@ from agents import (
     function_tool,
     handoff,
     tool_input_guardrail,
+    tool_output_guardrail,
 )
+from agents.exceptions import ToolOutputGuardrailTripwireTriggered
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.version import __version__ as SDK_VERSION
 
 from ledger.audit import verify_ledger
 from ledger.entries import Entry
 from ledger.errors import UsageError
+from ledger.integrations.hooks import IGNORED_HANDOFF
 from ledger.integrations.openai_agents import Recorder
 from ledger.integrations.recorded_session import RecordedSession
 from ledger.integrations.run_states import RUN_ID_KEY, RUN_STATE_KEY, state_run_id
@@ -243,6 +246,83 @@ async def test_a_handoff_is_recorded_as_its_call_and_execution(
                  if i.get("type") == "function_call_output"]
     assert execution["result_digest"] == hashlib.sha256(output.encode()).digest()
     assert_verifies(tmp_path)  # before: output_provenance on the transfer message
+
+
+async def test_the_extra_handoffs_the_sdk_ignores_are_recorded_as_blocked(
+    tmp_path: Path,
+) -> None:
+    billing = Agent(name="billing", model=scripted([assistant_message("billing here")]))
+    legal = Agent(name="legal", model=scripted([assistant_message("legal here")]))
+    triage = Agent(
+        name="triage", handoffs=[billing, legal],
+        model=scripted([function_call("transfer_to_billing", {}, call_id="c-1"),
+                        function_call("transfer_to_legal", {}, call_id="c-2")]),
+    )
+    session = SQLiteSession("handoffs", ":memory:")
+    result = await Recorder(tmp_path).run(triage, "help", session=session)
+    assert result.final_output == "billing here"
+
+    found = entries(tmp_path)
+    assert [b["call_id"] for b in of_kind(found, "execution")] == ["c-1"]
+    (block,) = of_kind(found, "guardrail")
+    assert (block["call_id"], block["guardrail"], block["agent"], block["tool"]) == (
+        "c-2", IGNORED_HANDOFF, "triage", "transfer_to_legal")
+    outputs = {i["call_id"]: i["output"] for i in await session.get_items()
+               if i.get("type") == "function_call_output"}
+    assert block["message_digest"] == hashlib.sha256(outputs["c-2"].encode()).digest()
+    assert_verifies(tmp_path)  # before: output_provenance on the ignored handoff's output
+
+
+def _output_guardrail(behavior: str) -> Any:
+    @tool_output_guardrail
+    def no_secrets(data: Any) -> ToolGuardrailFunctionOutput:
+        if "secret" not in str(data.output):
+            return ToolGuardrailFunctionOutput.allow()
+        if behavior == "reject":
+            return ToolGuardrailFunctionOutput.reject_content("[withheld]")
+        return ToolGuardrailFunctionOutput.raise_exception()
+
+    return no_secrets
+
+
+@pytest.mark.parametrize("behavior", ["reject", "raise"])
+async def test_a_tool_output_guardrail_block_keeps_what_the_tool_returned(
+    tmp_path: Path, behavior: str
+) -> None:
+    @function_tool(tool_output_guardrails=[_output_guardrail(behavior)])
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"secret for {key}" if key == "k1" else f"plain {key}"
+
+    agent = Agent(
+        name="vault", tools=[lookup],
+        model=scripted([function_call("lookup", {"key": "k1"}, call_id="c-1"),
+                        function_call("lookup", {"key": "k2"}, call_id="c-2")],
+                       [assistant_message("done")]),
+    )
+    session = SQLiteSession("vault", ":memory:")
+    recorder = Recorder(tmp_path)
+    if behavior == "reject":
+        await recorder.run(agent, "look", session=session)
+    else:
+        with pytest.raises(ToolOutputGuardrailTripwireTriggered):
+            await recorder.run(agent, "look", session=session)
+
+    found = entries(tmp_path)
+    results = {b["call_id"]: b["result_digest"] for b in of_kind(found, "execution")}
+    assert results == {"c-1": hashlib.sha256(b"secret for k1").digest(),
+                       "c-2": hashlib.sha256(b"plain k2").digest()}
+    (block,) = of_kind(found, "guardrail")
+    assert (block["call_id"], block["guardrail"], block["tool"]) == ("c-1", "no_secrets", "lookup")
+    if behavior == "reject":
+        assert block["message_digest"] == hashlib.sha256(b"[withheld]").digest()
+        outputs = {i["call_id"]: i["output"] for i in await session.get_items()
+                   if i.get("type") == "function_call_output"}
+        assert outputs["c-1"] == "[withheld]"
+    else:
+        assert block["message_digest"] is None
+        assert [b["status"] for b in of_kind(found, "run_end")] == ["failed"]
+    assert_verifies(tmp_path)
 
 
 @function_tool

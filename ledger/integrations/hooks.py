@@ -29,20 +29,33 @@ from agents import (
     ItemHelpers,
     ModelResponse,
     ToolInputGuardrail,
+    ToolOutputGuardrail,
     handoff,
 )
 from agents.exceptions import UserError
 from agents.tool import Tool
 from agents.tool_context import ToolContext
-from agents.tool_guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrailData
+from agents.tool_guardrails import (
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrailData,
+    ToolOutputGuardrailData,
+)
 from openai.types.responses import ResponseFunctionToolCall
 
 from ..writer import EvidenceWriter
 from .legs import current_leg, entered
 
-__all__ = ["attach", "persisted_output"]
+__all__ = ["IGNORED_HANDOFF", "attach", "persisted_output"]
 
 _MARK = "_evidence_ledger_attached"
+
+IGNORED_HANDOFF = "openai-agents:multiple_handoffs"
+"""The ``guardrail`` name of the block recorded for a handoff the SDK ignored: when a
+model response requests several handoffs, the SDK runs the first and answers each other
+one with the output :data:`IGNORED_HANDOFF_MESSAGE` and runs nothing."""
+
+IGNORED_HANDOFF_MESSAGE = "Multiple handoffs detected, ignoring this one."
+"""The output the SDK (0.20 - 0.24) persists for a handoff it ignored."""
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -75,8 +88,8 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
 
     Reachable: agents run through ``Agent.as_tool`` and ``Agent`` objects in ``handoffs``.
     Sets a chaining agent hook on each agent and wraps its function tools (agent-as-tool
-    scope, callable ``needs_approval``, tool input guardrails). Idempotent; the hooks and
-    wrappers record through whichever :class:`Recorder` runs the agent (a tool object
+    scope, callable ``needs_approval``, tool input and output guardrails). Idempotent; the
+    hooks and wrappers record through whichever :class:`Recorder` runs the agent (a tool object
     shared by several agents names the first one in its ``tool_policy`` entries).
     Returns ``agent``.
     """
@@ -135,28 +148,63 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
         tool.needs_approval = recorded_policy
     if tool.tool_input_guardrails:
         tool.tool_input_guardrails = [
-            _recorded_guardrail(tool, g) for g in tool.tool_input_guardrails
+            _recorded_input_guardrail(tool, g) for g in tool.tool_input_guardrails
+        ]
+    if tool.tool_output_guardrails:
+        tool.tool_output_guardrails = [
+            _recorded_output_guardrail(tool, g) for g in tool.tool_output_guardrails
         ]
 
 
-def _recorded_guardrail(
+def _record_block(
+    call_id: str, agent: str, tool: str, guardrail: str, message: Any = None
+) -> None:
+    """Record a ``guardrail`` entry: ``call_id`` was blocked, its output replaced by
+    ``message`` (None when the block replaced it with nothing known: the run raised)."""
+    frame = current_leg()
+    frame.record(methodcaller(
+        "guardrail", run_id=frame.run_id, call_id=call_id, guardrail=guardrail,
+        message=message if isinstance(message, str) else None, scope=frame.scope,
+        agent=agent, tool=tool, time_ns=frame.journal.writer.clock(),
+    ))
+
+
+def _recorded_input_guardrail(
     tool: FunctionTool, guardrail: ToolInputGuardrail[Any]
 ) -> ToolInputGuardrail[Any]:
+    """``guardrail``, recording a block when it does not allow the call (the tool then
+    does not run)."""
     name = guardrail.get_name()
 
     async def recorded(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         output = await guardrail.run(data)
         if output.behavior["type"] != "allow":
-            frame, message = current_leg(), output.behavior.get("message")
-            frame.record(methodcaller(
-                "guardrail", run_id=frame.run_id,
-                call_id=data.context.tool_call_id, guardrail=name,
-                message=message if isinstance(message, str) else None, scope=frame.scope,
-                agent=data.agent.name, tool=tool.name, time_ns=frame.journal.writer.clock(),
-            ))
+            _record_block(data.context.tool_call_id, data.agent.name, tool.name, name,
+                          output.behavior.get("message"))
         return output
 
     return ToolInputGuardrail(guardrail_function=recorded, name=name)
+
+
+def _recorded_output_guardrail(
+    tool: FunctionTool, guardrail: ToolOutputGuardrail[Any]
+) -> ToolOutputGuardrail[Any]:
+    """``guardrail``, recording, when it does not allow the tool's output, the execution
+    with what the tool returned and then the block (the SDK persists the guardrail's
+    message, or raises; ``on_tool_end`` would only see the message)."""
+    name = guardrail.get_name()
+
+    async def recorded(data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
+        output = await guardrail.run(data)
+        if output.behavior["type"] != "allow":
+            _record_execution(data.context, data.agent, tool, data.output)
+            frame = current_leg()
+            frame.blocked_outputs.add((frame.scope, data.context.tool_call_id))
+            _record_block(data.context.tool_call_id, data.agent.name, tool.name, name,
+                          output.behavior.get("message"))
+        return output
+
+    return ToolOutputGuardrail(guardrail_function=recorded, name=name)
 
 
 def _handoffs(agent: Agent[Any]) -> dict[str, Handoff[Any, Any]]:
@@ -200,6 +248,9 @@ def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) 
     if not (isinstance(context, ToolContext) and isinstance(tool, FunctionTool)):
         return  # hosted, shell and computer tools carry no call id here
     frame = current_leg()
+    if (frame.scope, context.tool_call_id) in frame.blocked_outputs:  # see the output guardrail
+        frame.blocked_outputs.discard((frame.scope, context.tool_call_id))
+        return
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=context.tool_call_id,
         arguments=context.tool_arguments, scope=frame.scope, agent=agent.name, tool=tool.name,
@@ -216,6 +267,10 @@ def _record_handoff(source: Agent[Any], target: Agent[Any]) -> None:
     pending = frame.handoff_calls.pop((frame.scope, source.name), [])
     ran = next((h for h in _handoffs(source).values() if h.agent_name == target.name), None)
     call = next((c for c in pending if ran is not None and c[1] == ran.tool_name), None)
+    for ignored_id, ignored_tool, _ in pending:
+        if call is not None and ignored_id != call[0]:
+            _record_block(ignored_id, source.name, ignored_tool, IGNORED_HANDOFF,
+                          IGNORED_HANDOFF_MESSAGE)
     if ran is None or call is None:
         return
     call_id, tool, arguments = call

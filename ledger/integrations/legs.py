@@ -28,6 +28,10 @@ class Leg:
     """Per ``(scope, agent name)``: the function calls of the agent's latest model response
     that name one of its handoffs, as ``(call_id, tool name, arguments)`` (shared by the
     legs :func:`dataclasses.replace` makes for nested scopes)."""
+    blocked_outputs: set[tuple[Scope, str]] = field(default_factory=set, compare=False)
+    """``(scope, call_id)`` of each function tool call whose output a tool output
+    guardrail blocked, and whose execution it recorded, until ``on_tool_end`` skips it
+    (shared like ``handoff_calls``)."""
 
     def record(self, write: Write) -> None:
         """Record evidence of this leg (queued, or durable at once; see ``since``)."""

@@ -23,8 +23,11 @@ What is recorded, and from where:
   (``RunState.approve`` / ``reject`` call no callback);
 - ``execution``: each finished function tool (``on_tool_end`` agent hook), its result
   converted the way the SDK converts it for the ``function_call_output`` item;
-- ``guardrail``: a tool input guardrail that did not allow a call (wrapped: the SDK fires
-  no hook for it);
+- ``guardrail``: a tool input guardrail that did not allow a call, a tool output
+  guardrail that did not allow a tool's result (wrapped: the SDK fires no hook for
+  either; the execution then holds what the tool returned, though the SDK persists the
+  guardrail's message or raises), and each extra handoff of a response that the SDK
+  ignores (:data:`~ledger.integrations.hooks.IGNORED_HANDOFF`);
 - ``session_item``: each item the wrapped session accepted or removed;
 - ``run_end``: the end of every leg of a run (``completed``, ``interrupted``, ``failed``);
 - ``run_state``: each ``RunState`` the recorder meets (see *Run states* in
@@ -74,10 +77,9 @@ Limits: attached agents must run through a recorder (their hooks raise
 :class:`~ledger.errors.UsageError` otherwise); a session write outside a recorded run is
 recorded with ``run_id=""``; a streamed run whose events are not read to the end is
 recorded as ``failed``; a handoff is recorded as its call and an execution whose result
-is the transfer message the SDK persists, but the outputs the SDK writes for the extra
-handoffs of a response it ignores ("Multiple handoffs detected") are not; the
-run states of agents run through ``Agent.as_tool`` are the SDK's own and not recorded
-(their calls are, under the top-level run's state).
+is the transfer message the SDK persists; the run states of agents run through
+``Agent.as_tool`` are the SDK's own and not recorded (their calls are, under the
+top-level run's state).
 """
 
 from __future__ import annotations
