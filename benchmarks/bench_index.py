@@ -40,7 +40,8 @@ from benchmarks.common import Row, median_time
 from ledger.entries import BODY_FIELDS, decode_entry
 from ledger.export import export_ledger
 from ledger.framing import Record
-from ledger.index import CHUNK, run_query, update_index
+from ledger.index import CHUNK, update_index
+from ledger.index_query import run_query
 from ledger.log import Ledger
 from ledger.verify import verify_records
 from ledger.writer import EvidenceWriter

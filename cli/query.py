@@ -1,9 +1,10 @@
 """Audit commands: ``query`` (read-only SQL over the DuckDB index), ``export`` and
 ``verify-export`` (compliance files bound to the log by a manifest).
 
-Thin: parse arguments, call :mod:`ledger.index` / :mod:`ledger.export`, print. Errors
-are :mod:`ledger.errors` types, turned into one line and an exit code by the handler in
-``cli.main`` (EvidenceError: 1, UsageError: 2). Tables and columns: docs/QUERIES.md.
+Thin: parse arguments, call :mod:`ledger.index` / :mod:`ledger.index_query` /
+:mod:`ledger.export`, print. Errors are :mod:`ledger.errors` types, turned into one line
+and an exit code by the handler in ``cli.main`` (EvidenceError: 1, UsageError: 2).
+Tables and columns: docs/QUERIES.md.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from ledger.export import export_ledger, parse_time, verify_export
-from ledger.index import run_query, update_index
+from ledger.index import update_index
+from ledger.index_query import run_query
 
 from . import output
 from .options import JsonOpt, LedgerOpt, open_ledger

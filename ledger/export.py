@@ -1,6 +1,6 @@
 """Compliance export of the index views, and the check that an export matches the log.
 
-An export directory holds one file per view of :data:`ledger.index.VIEWS` and a
+An export directory holds one file per view of :data:`ledger.index_db.VIEWS` and a
 ``manifest.json`` binding them to the log::
 
     {
@@ -46,17 +46,9 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from .errors import EvidenceError, StorageError, UsageError
-from .index import (
-    MAX_TIME_NS,
-    VIEWS,
-    Progress,
-    View,
-    connect_read_only,
-    derive,
-    raise_if_damaged,
-    rebuilt_if_damaged,
-    update_index,
-)
+from .index import Progress, derive, update_index
+from .index_db import MAX_TIME_NS, VIEWS, View
+from .index_query import connect_read_only, raise_if_damaged, rebuilt_if_damaged
 from .log import Ledger
 from .proofs import log_root
 

@@ -13,18 +13,18 @@ record with :func:`ledger.entries.decode_entry`, hashes it into the RFC 9162 tre
 and ``violations`` rows are its findings, so the index reads the same facts as
 ``verify``. The other views are made in bulk: the deriver hands over each chunk of
 entries as Arrow tables of their bodies, with the ``seq`` of the call the rules
-attribute each entry to, and one ``INSERT ... SELECT`` per view (:class:`Chunk`) turns
-them into rows. It refuses (:class:`EvidenceError`) a record that fails its CRC-32,
-canonical decoding, ``seq`` or ``prev`` link; ``verify`` names every break, checks
+attribute each entry to, and one ``INSERT ... SELECT`` per view
+(:class:`ledger.index_db.Chunk`) turns them into rows. It refuses
+(:class:`EvidenceError`) a record that fails its CRC-32, canonical decoding, ``seq`` or
+``prev`` link; ``verify`` names every break, checks
 payloads and refs, and stays the verdict.
 
 I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries inserted and
 committed on a thread of its own while the next is derived; the metadata row and the
 saved state, written last, let the next update resume where this one stopped, and an
 update killed midway is rebuilt, not resumed), :func:`derive` (the same rows in an
-in-memory database), :func:`connect_read_only` and :func:`run_query` (one ``SELECT`` on
-a read-only connection with file access disabled). Tables and columns: ``VIEWS`` and
-docs/QUERIES.md.
+in-memory database), :func:`is_current`. Queries: :mod:`ledger.index_query`. Tables
+and columns: :data:`ledger.index_db.VIEWS` and docs/QUERIES.md.
 """
 
 from __future__ import annotations
@@ -44,38 +44,44 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import chains, encoding, entries, findings, merkle, rules  # noqa: F401 (fingerprint)
 from .entries import ZERO_HASH, Entry, decode_entry, entry_hash
 from .errors import EncodingError, EvidenceError, StorageError, UsageError
 from .framing import Damage, Record, TornTail
 from .fsutil import file_lock, open_regular, problem
+from .index_db import (
+    BODIES,
+    MAX_TIME_NS,
+    RAW_SCHEMAS,
+    SCHEMA,
+    VIEWS,
+    Chunk,
+    digest_text,
+    insert_rows,
+    one_line,
+    one_row,
+    rows_table,
+    timestamps,
+)
 from .log import Ledger
 from .verify import Report
 
 __all__ = [
+    "CHUNK",
     "INDEX_NAME",
-    "MAX_TIME_NS",
-    "VIEWS",
-    "Chunk",
-    "DamagedIndexError",
     "Deriver",
     "IndexInfo",
     "Progress",
-    "QueryResult",
-    "View",
-    "check_read_only",
-    "connect_read_only",
     "derive",
+    "index_lock",
     "index_path",
-    "raise_if_damaged",
-    "rebuilt_if_damaged",
-    "run_query",
+    "is_current",
+    "refuse_non_regular",
     "update_index",
 ]
 
@@ -83,257 +89,10 @@ INDEX_NAME = "index.duckdb"
 INDEX_VERSION = 1
 CHUNK = 50_000
 """Records decoded between two bulk inserts."""
-MAX_TIME_NS = 2**63 - 1
-"""Latest entry time the index holds (its time columns are BIGINT ns)."""
-
 Progress = Callable[[int, int, int], None]
 """``progress(entries_done, bytes_done, bytes_total)``, called after each chunk."""
 
 CallKey = tuple[str, tuple[str, ...], str]
-T = TypeVar("T")
-
-_ARROW = {
-    "BIGINT": pa.int64(),
-    "VARCHAR": pa.string(),
-    "BOOLEAN": pa.bool_(),
-    "TIMESTAMP": pa.timestamp("us"),
-    "VARCHAR[]": pa.list_(pa.string()),
-}
-
-
-@dataclass(frozen=True)
-class View:
-    """One table of the index.
-
-    Attributes:
-        name: table name.
-        columns: ``(column, DuckDB type)`` pairs, in order. A ``TIMESTAMP`` column ``x``
-            (UTC, microseconds) always has a ``BIGINT`` column ``x_ns`` (exact ns).
-        time: the ``*_ns`` column ``export --since/--until`` filter on.
-        order: the column(s) rows are ordered by.
-    """
-
-    name: str
-    columns: tuple[tuple[str, str], ...]
-    time: str
-    order: str
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The Arrow schema of the view (what exports hold)."""
-        return pa.schema([(name, _ARROW[kind]) for name, kind in self.columns])
-
-    @property
-    def names(self) -> list[str]:
-        """Column names, in order."""
-        return [name for name, _ in self.columns]
-
-
-def _cols(spec: str) -> tuple[tuple[str, str], ...]:
-    out = []
-    for item in spec.split():
-        name, _, kind = item.partition(":")
-        out.append((name, kind or "VARCHAR"))
-    return tuple(out)
-
-
-_IDENT = "run_id scope:VARCHAR[] call_id"
-VIEWS: dict[str, View] = {
-    view.name: view
-    for view in (
-        View("entries", _cols(
-            "seq:BIGINT entry_hash prev kind time:TIMESTAMP time_ns:BIGINT "
-            f"{_IDENT} refs:VARCHAR[]"), "time_ns", "seq"),
-        View("calls", _cols(
-            f"seq:BIGINT entry_hash {_IDENT} agent tool arguments_digest arguments_form "
-            "arguments_payload needs_approval:BOOLEAN response_id called_at:TIMESTAMP "
-            "called_at_ns:BIGINT"), "called_at_ns", "seq"),
-        View("approvals", _cols(
-            f"seq:BIGINT entry_hash {_IDENT} agent tool decision always:BOOLEAN approver "
-            "reason message_digest arguments_digest call_arguments_digest bound:BOOLEAN "
-            "call_seq:BIGINT decided_at:TIMESTAMP decided_at_ns:BIGINT"), "decided_at_ns", "seq"),
-        View("executions", _cols(
-            f"seq:BIGINT entry_hash {_IDENT} agent tool arguments_digest arguments_form "
-            "result_digest error arguments_match:BOOLEAN call_seq:BIGINT "
-            "executed_at:TIMESTAMP executed_at_ns:BIGINT"), "executed_at_ns", "seq"),
-        View("session_items", _cols(
-            f"seq:BIGINT entry_hash {_IDENT} session_id op item_type item_digest "
-            "output_digest arguments_digest call_seq:BIGINT recorded_at:TIMESTAMP "
-            "recorded_at_ns:BIGINT"), "recorded_at_ns", "seq"),
-        View("guardrails", _cols(
-            f"seq:BIGINT entry_hash {_IDENT} agent tool guardrail message_digest "
-            "call_seq:BIGINT blocked_at:TIMESTAMP blocked_at_ns:BIGINT"), "blocked_at_ns", "seq"),
-        View("violations", _cols(
-            f"finding_no:BIGINT seq:BIGINT rule {_IDENT} detail call_seq:BIGINT "
-            "time:TIMESTAMP time_ns:BIGINT"), "time_ns", "finding_no"),
-        View("call_chains", _cols(
-            f"call_seq:BIGINT {_IDENT} agent tool arguments_digest needs_approval:BOOLEAN "
-            "decision sticky:BOOLEAN approver called_at:TIMESTAMP called_at_ns:BIGINT "
-            "decided_at:TIMESTAMP decided_at_ns:BIGINT executed_at:TIMESTAMP "
-            "executed_at_ns:BIGINT executions:BIGINT persisted:BIGINT "
-            "persisted_at:TIMESTAMP persisted_at_ns:BIGINT status violations:VARCHAR[]"),
-            "called_at_ns", "call_seq"),
-    )
-}
-"""Every table of the index, in export order (columns documented in docs/QUERIES.md)."""
-
-def _d(digest: bytes | None) -> str | None:
-    return None if digest is None else "sha256:" + digest.hex()
-
-
-def _table(view: View, rows: list[tuple[Any, ...]]) -> pa.Table:
-    """Rows (tuples in column order; a TIMESTAMP column holds its ns) -> Arrow table."""
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in view.columns]
-    arrays = []
-    for (_, kind), values in zip(view.columns, columns, strict=True):
-        if kind == "TIMESTAMP":
-            arrays.append(_timestamps(pa.array(values, pa.int64())))
-        else:
-            arrays.append(pa.array(values, _ARROW[kind]))
-    return pa.Table.from_arrays(arrays, schema=view.schema)
-
-
-def _timestamps(ns: pa.Array) -> pa.Array:
-    """ns since the epoch (int64) -> TIMESTAMP (UTC, microseconds)."""
-    return pc.divide(ns, 1000).cast(pa.timestamp("us"))
-
-
-# -- entry rows: Arrow tables of raw bodies, made into view rows by SQL ----------------
-
-_BODY_TYPES: dict[str, pa.DataType] = {
-    **dict.fromkeys((
-        "run_id", "call_id", "agent", "tool", "args_form", "response_id", "decision",
-        "approver", "reason", "error", "session_id", "op", "item_type", "guardrail",
-    ), pa.string()),
-    "scope": pa.list_(pa.string()),
-    **dict.fromkeys(("needs_approval", "always"), pa.bool_()),
-    **dict.fromkeys((
-        "args_digest", "args_payload", "message_digest", "result_digest", "item_digest",
-        "output_digest",
-    ), pa.binary()),
-}
-"""Arrow types of the body fields the views read (as :data:`entries.BODY_FIELDS` checks them)."""
-
-_BODIES: dict[str, pa.StructType] = {
-    kind: pa.struct([(name, _BODY_TYPES[name]) for name in fields if name in _BODY_TYPES])
-    for kind, fields in entries.BODY_FIELDS.items()
-}
-
-
-def _raw_schema(kind: str) -> pa.Schema:
-    return pa.schema([
-        ("seq", pa.int64()), ("entry_hash", pa.binary()), ("prev", pa.binary()),
-        ("time_ns", pa.int64()), ("time", pa.timestamp("us")), ("call_seq", pa.int64()),
-        ("refs", pa.list_(pa.string())), ("body", _BODIES[kind]),
-    ])
-
-
-_RAW_SCHEMAS = {kind: _raw_schema(kind) for kind in _BODIES}
-"""Per entry kind, the chunk table :meth:`Deriver.take` hands over (registered as
-``raw_<kind>``): the entry's seq, hash, prev, time, the ``seq`` of the call the rules
-attribute it to, its refs, and its body."""
-
-
-def _hex(expr: str) -> str:
-    return f"'sha256:' || lower(hex({expr}))"
-
-
-def _field(kind: str, name: str, sql_type: str) -> str:
-    """``r.body.<name>``, or a typed NULL when entries of ``kind`` have no such field."""
-    return f"r.body.{name}" if name in _BODIES[kind].names else f"NULL::{sql_type}"
-
-
-def _entries_select(kind: str) -> str:
-    return (
-        f"SELECT r.seq, r.entry_hash, r.prev, '{kind}' AS kind, r.time, r.time_ns, "
-        f"{_field(kind, 'run_id', 'VARCHAR')} AS run_id, "
-        f"{_field(kind, 'scope', 'VARCHAR[]')} AS scope, "
-        f"{_field(kind, 'call_id', 'VARCHAR')} AS call_id, r.refs FROM raw_{kind} r"
-    )
-
-
-_IDENT_SQL = "r.seq, {h} AS entry_hash, r.body.run_id, r.body.scope, r.body.call_id".format(
-    h=_hex("r.entry_hash"))
-_WHO_SQL = ("coalesce(nullif(r.body.agent, ''), c.agent) AS agent, "
-            "coalesce(nullif(r.body.tool, ''), c.tool) AS tool")
-_CALL = "LEFT JOIN calls c ON c.seq = r.call_seq"
-_SHOWN = f"coalesce({_hex('r.body.args_digest')}, c.arguments_digest)"
-_VIEW_SQL: dict[str, tuple[str, str]] = {
-    "calls": ("call", f"""
-        SELECT {_IDENT_SQL}, r.body.agent, r.body.tool,
-            {_hex('r.body.args_digest')} AS arguments_digest, r.body.args_form AS arguments_form,
-            {_hex('r.body.args_payload')} AS arguments_payload, r.body.needs_approval,
-            r.body.response_id, r.time AS called_at, r.time_ns AS called_at_ns
-        FROM raw_call r"""),
-    "approvals": ("decision", f"""
-        SELECT {_IDENT_SQL}, {_WHO_SQL}, r.body.decision, r.body.always, r.body.approver,
-            r.body.reason, {_hex('r.body.message_digest')} AS message_digest,
-            {_SHOWN} AS arguments_digest, c.arguments_digest AS call_arguments_digest,
-            CASE WHEN c.seq IS NULL THEN NULL ELSE {_SHOWN} = c.arguments_digest END AS bound,
-            r.call_seq, r.time AS decided_at, r.time_ns AS decided_at_ns
-        FROM raw_decision r {_CALL}"""),
-    "executions": ("execution", f"""
-        SELECT {_IDENT_SQL}, {_WHO_SQL}, {_hex('r.body.args_digest')} AS arguments_digest,
-            r.body.args_form AS arguments_form, {_hex('r.body.result_digest')} AS result_digest,
-            r.body.error,
-            CASE WHEN c.seq IS NULL THEN NULL
-                 ELSE {_hex('r.body.args_digest')} = c.arguments_digest END AS arguments_match,
-            r.call_seq, r.time AS executed_at, r.time_ns AS executed_at_ns
-        FROM raw_execution r {_CALL}"""),
-    "session_items": ("session_item", f"""
-        SELECT {_IDENT_SQL}, r.body.session_id, r.body.op, r.body.item_type,
-            {_hex('r.body.item_digest')} AS item_digest,
-            {_hex('r.body.output_digest')} AS output_digest,
-            {_hex('r.body.args_digest')} AS arguments_digest, r.call_seq,
-            r.time AS recorded_at, r.time_ns AS recorded_at_ns
-        FROM raw_session_item r"""),
-    "guardrails": ("guardrail", f"""
-        SELECT {_IDENT_SQL}, {_WHO_SQL}, r.body.guardrail,
-            {_hex('r.body.message_digest')} AS message_digest, r.call_seq,
-            r.time AS blocked_at, r.time_ns AS blocked_at_ns
-        FROM raw_guardrail r {_CALL}"""),
-}
-"""View -> (the entry kind its rows come from, the SELECT that makes them). ``c`` is the
-row of the call the rules attribute the entry to (``call_seq``): agent and tool fall back
-to it, and ``bound`` / ``arguments_match`` compare with its arguments digest."""
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Entries fed since the last :meth:`Deriver.take`, ready for a bulk insert.
-
-    Attributes:
-        raw: entry kind -> its entries (schema :data:`_RAW_SCHEMAS`).
-        violations: new ``violations`` rows.
-    """
-
-    raw: dict[str, pa.Table]
-    violations: pa.Table
-
-    def insert(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Insert the rows into every table of ``con`` (``calls`` first: the other views
-        join it). Raises duckdb.Error."""
-        for kind, table in self.raw.items():
-            con.register(f"raw_{kind}", table)
-        try:
-            for name in VIEWS:
-                if name == "entries" and self.raw:
-                    union = " UNION ALL ".join(_entries_select(kind) for kind in self.raw)
-                    select = (
-                        f"SELECT seq, {_hex('entry_hash')} AS entry_hash, {_hex('prev')} AS "
-                        f"prev, kind, time, time_ns, run_id, scope, call_id, refs FROM ({union})"
-                    )
-                elif name in _VIEW_SQL and _VIEW_SQL[name][0] in self.raw:
-                    select = _VIEW_SQL[name][1]
-                else:
-                    continue
-                columns = ", ".join(VIEWS[name].names)
-                con.execute(f"INSERT INTO {name} SELECT {columns} FROM ({select}) ORDER BY seq")
-        finally:
-            for kind in self.raw:
-                con.unregister(f"raw_{kind}")
-        _insert(con, "violations", self.violations)
-
 
 class Deriver:
     """Log records in, index rows out (pure: no I/O).
@@ -443,11 +202,11 @@ class Deriver:
             ns = pa.array(times, pa.int64())
             raw[kind] = pa.Table.from_arrays([
                 pa.array(seqs, pa.int64()), pa.array(hashes, pa.binary()),
-                pa.array(prevs, pa.binary()), ns, _timestamps(ns),
+                pa.array(prevs, pa.binary()), ns, timestamps(ns),
                 pa.array(call_seqs, pa.int64()), pa.array(refs, pa.list_(pa.string())),
-                pa.array(bodies, _BODIES[kind]),
-            ], schema=_RAW_SCHEMAS[kind])
-        chunk = Chunk(raw, _table(VIEWS["violations"], self._violations))
+                pa.array(bodies, BODIES[kind]),
+            ], schema=RAW_SCHEMAS[kind])
+        chunk = Chunk(raw, rows_table(VIEWS["violations"], self._violations))
         self._fed, self._violations = {}, []
         return chunk
 
@@ -461,13 +220,14 @@ class Deriver:
             persisted = self._persisted_at.get(state.key)
             rows.append((
                 state.seq, row.run_id, list(row.scope), row.call_id, row.agent, row.tool,
-                _d(row.args_digest), row.needs_approval, row.decision, row.sticky, row.approver,
+                digest_text(row.args_digest), row.needs_approval, row.decision, row.sticky,
+                row.approver,
                 state.time, state.time, row.decided_at, row.decided_at, row.executed_at,
                 row.executed_at, len(state.executions), row.persisted, persisted, persisted,
                 row.status, list(row.violations),
             ))
         self._touched = set()
-        return _table(VIEWS["call_chains"], rows)
+        return rows_table(VIEWS["call_chains"], rows)
 
     def report(self) -> Report:
         """The verifier's :class:`~ledger.verify.Report` over the records fed (no payload
@@ -499,12 +259,12 @@ def derive(
     """
     deriver = Deriver()
     with _gc_paused(), contextlib.closing(duckdb.connect()) as con:
-        for statement in [*_SCHEMA, "BEGIN TRANSACTION"]:
+        for statement in [*SCHEMA, "BEGIN TRANSACTION"]:
             con.execute(statement)
         _load(con, deriver, iter(records), size, lambda: progress and progress(deriver.size))
         if size is not None and deriver.size < size:
             raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
-        _insert(con, "call_chains", deriver.take_chains())
+        insert_rows(con, "call_chains", deriver.take_chains())
         tables = {
             name: con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table()
             .cast(view.schema)
@@ -574,7 +334,7 @@ def _state_path(target: Path) -> Path:
     return target.with_name(target.name + ".state")
 
 
-def _refuse_non_regular(target: Path) -> None:
+def refuse_non_regular(target: Path) -> None:
     """Refuse an index, WAL or state path that holds a symlink, FIFO, socket, device or
     directory: DuckDB and the state reader would follow it or block on it for ever.
 
@@ -602,7 +362,7 @@ def _load_state(target: Path, size: int, last_hash: str) -> Deriver | None:
             state = _StateUnpickler(fh).load()
     except Exception:  # missing or damaged: the index is a cache, rebuild it
         return None
-    if not _well_formed(state) or state.size != size or _d(state.last_hash) != last_hash:
+    if not _well_formed(state) or state.size != size or digest_text(state.last_hash) != last_hash:
         return None
     return state
 
@@ -639,7 +399,8 @@ def _fingerprint() -> str:
     """Digest of the code the index rows and the saved state depend on: other code, other
     index (rebuilt)."""
     digest = hashlib.sha256(f"index v{INDEX_VERSION}".encode())
-    for name in sorted(_PURE_MODULES | {"ledger.encoding", "ledger.chains", __name__}):
+    code = _PURE_MODULES | {"ledger.encoding", "ledger.chains", "ledger.index_db", __name__}
+    for name in sorted(code):
         module = sys.modules.get(name)
         digest.update(name.encode() + b"\0")
         if module is not None and module.__file__:
@@ -690,7 +451,12 @@ def _gc_paused() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _flock(path: Path, exclusive: bool) -> Iterator[None]:
+def index_lock(path: Path, exclusive: bool) -> Iterator[None]:
+    """Hold ``<index>.lock``: exclusive while updating, shared while reading.
+
+    Raises:
+        UsageError: if the lock cannot be taken (time-out, or an unwritable directory).
+    """
     lock = path.with_name(path.name + ".lock")
     with contextlib.ExitStack() as stack:
         try:
@@ -698,16 +464,6 @@ def _flock(path: Path, exclusive: bool) -> Iterator[None]:
         except StorageError as exc:
             raise UsageError(f"{exc} (pass --index)") from exc
         yield
-
-
-_SCHEMA = [
-    f"CREATE TABLE {view.name} ({', '.join(f'{n} {t}' for n, t in view.columns)})"
-    for view in VIEWS.values()
-] + [
-    "CREATE TABLE ledger_index (index_version INTEGER, code_fingerprint VARCHAR, "
-    "tree_size BIGINT, root_hash VARCHAR, last_entry_hash VARCHAR, "
-    "last_record_offset BIGINT, log_offset BIGINT)",
-]
 
 
 def _is_duckdb_file(path: Path) -> bool:
@@ -731,16 +487,10 @@ def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
                 stale.unlink()
         con = duckdb.connect(str(path))
     except (OSError, duckdb.Error) as exc:
-        raise UsageError(f"cannot create index {path}: {_one_line(exc)} (pass --index)") from exc
-    for statement in _SCHEMA:
+        raise UsageError(f"cannot create index {path}: {one_line(exc)} (pass --index)") from exc
+    for statement in SCHEMA:
         con.execute(statement)
     return con
-
-
-def _one(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...] | None:
-    """The single row of ``sql`` (fetched to the end, as DuckDB wants), or None."""
-    rows = con.execute(sql).fetchall()
-    return tuple(rows[0]) if len(rows) == 1 else None
 
 
 def _meta(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
@@ -768,14 +518,7 @@ def _same_log(ledger: Ledger, size: int, last_hash: str, last_offset: int) -> bo
 def _complete(con: duckdb.DuckDBPyConnection | None, size: int) -> bool:
     """True when the index holds exactly ``size`` entries: an update that stopped midway
     (killed) has committed chunks past the size its metadata records."""
-    return con is not None and _one(con, "SELECT count(*) FROM entries") == (size,)
-
-
-def _insert(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
-    if table.num_rows:
-        con.register("_rows", table)
-        con.execute(f"INSERT INTO {name} SELECT * FROM _rows")
-        con.unregister("_rows")
+    return con is not None and one_row(con, "SELECT count(*) FROM entries") == (size,)
 
 
 def update_index(
@@ -804,8 +547,8 @@ def update_index(
     """
     ledger.require_exists()
     target = index_path(ledger, path)
-    _refuse_non_regular(target)
-    with _flock(target, exclusive=True), _gc_paused():
+    refuse_non_regular(target)
+    with index_lock(target, exclusive=True), _gc_paused():
         con: duckdb.DuckDBPyConnection | None = None
         try:
             with contextlib.suppress(duckdb.Error):
@@ -909,7 +652,7 @@ class _Inserter:
             raise interrupted
         error, self._error = self._error, None
         if isinstance(error, duckdb.Error):
-            raise UsageError(f"cannot write the index: {_one_line(error)}") from error
+            raise UsageError(f"cannot write the index: {one_line(error)}") from error
         if error is not None:
             raise error
 
@@ -929,13 +672,13 @@ def _catch_up(
         con.register("_changed", changed.select(["call_seq"]))
         con.execute("DELETE FROM call_chains WHERE call_seq IN (SELECT call_seq FROM _changed)")
         con.unregister("_changed")
-    _insert(con, "call_chains", changed)
+    insert_rows(con, "call_chains", changed)
     root = deriver.tree.root()
     con.execute("DELETE FROM ledger_index")
     con.execute(
         "INSERT INTO ledger_index VALUES (?, ?, ?, ?, ?, ?, ?)",
         [INDEX_VERSION, _fingerprint(), deriver.size, base64.b64encode(root).decode("ascii"),
-         _d(deriver.last_hash), deriver.last_offset, deriver.offset],
+         digest_text(deriver.last_hash), deriver.last_offset, deriver.offset],
     )
     _save_state(target, deriver)
     con.execute("COMMIT")
@@ -944,77 +687,7 @@ def _catch_up(
     return IndexInfo(target, deriver.size, root, deriver.size - start, fresh)
 
 
-# -- reading -----------------------------------------------------------------------------
-
-_READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
-
-
-def _one_line(exc: Exception) -> str:
-    lines = []
-    for line in str(exc).splitlines():
-        if line.strip().startswith("LINE "):
-            break
-        if line.strip():
-            lines.append(line.strip())
-    return " ".join(lines) or type(exc).__name__
-
-
-def check_read_only(sql: str) -> None:
-    """Accept exactly one ``SELECT`` (or ``EXPLAIN``) statement, by DuckDB's own parser.
-
-    Raises:
-        UsageError: if ``sql`` does not parse, holds more than one statement, or any
-            statement that is not a read (INSERT, COPY, ATTACH, SET, PRAGMA, CALL, ...).
-    """
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise UsageError(f"SQL error: {_one_line(exc)}") from exc
-    if len(statements) != 1:
-        raise UsageError(f"give exactly one SQL statement, not {len(statements)}")
-    kind = statements[0].type
-    if kind not in _READ_ONLY:
-        raise UsageError(f"refused: {kind.name} statement; queries are read-only (SELECT)")
-
-
-def _open_read_only(path: Path) -> duckdb.DuckDBPyConnection:
-    """Read-only connection, session time zone UTC, file access, extension loading and
-    configuration changes disabled (raises duckdb.Error)."""
-    con = duckdb.connect(str(path), read_only=True, config={
-        "autoinstall_known_extensions": False, "autoload_known_extensions": False,
-    })
-    try:
-        for setting in ("SET TimeZone = 'UTC'", "SET enable_external_access = false",
-                        "SET lock_configuration = true"):
-            con.execute(setting)
-    except duckdb.Error:
-        con.close()
-        raise
-    return con
-
-
-@contextlib.contextmanager
-def connect_read_only(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to the index at ``path``: session time zone UTC; file
-    access, extension loading and configuration changes disabled. Holds a shared lock so
-    no update runs meanwhile.
-
-    Raises:
-        UsageError: if the index cannot be opened.
-    """
-    _refuse_non_regular(path)
-    with _flock(path, exclusive=False):
-        try:
-            con = _open_read_only(path)
-        except duckdb.Error as exc:
-            raise UsageError(f"cannot open index {path}: {_one_line(exc)}") from exc
-        try:
-            yield con
-        finally:
-            con.close()
-
-
-def _is_current(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> bool:
+def is_current(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> bool:
     """True when the index holds every complete record of the log (cheap: no scan)."""
     meta = _meta(con)
     if meta is None:
@@ -1026,118 +699,4 @@ def _is_current(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> bool:
     return (
         size == meta[6] and _same_log(ledger, meta[2], meta[4], meta[5])
         and _complete(con, meta[2])
-    )
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    """The rows of one query.
-
-    Attributes:
-        columns: column names.
-        types: DuckDB type names of the columns.
-        rows: the rows, Python values (datetime for TIMESTAMP, list for arrays).
-        tree_size: entries the index held when the query ran.
-        root_hash: RFC 9162 root hash at that tree size (base64).
-    """
-
-    columns: list[str]
-    types: list[str]
-    rows: list[tuple[Any, ...]]
-    tree_size: int
-    root_hash: str
-
-
-def run_query(
-    ledger: Ledger,
-    sql: str,
-    path: str | os.PathLike[str] | None = None,
-    *,
-    rebuild: bool = False,
-    progress: Progress | None = None,
-) -> QueryResult:
-    """Run one read-only SQL statement over the index, brought up to date first. A
-    default index that turns out damaged while read (:class:`DamagedIndexError`) is
-    rebuilt and the statement run again.
-
-    Raises:
-        UsageError: if the statement is not a single read, or fails (one-line message);
-            :class:`DamagedIndexError` for a damaged index named by ``path``.
-        EvidenceError: if the log fails integrity while indexing.
-    """
-    check_read_only(sql)
-    ledger.require_exists()
-    return rebuilt_if_damaged(
-        path, rebuild, lambda again: _query(ledger, sql, path, again, progress))
-
-
-def rebuilt_if_damaged(
-    path: str | os.PathLike[str] | None, rebuild: bool, read: Callable[[bool], T]
-) -> T:
-    """``read(rebuild)``; when it raises :class:`DamagedIndexError` and the index is the
-    default one (a cache of ours), ``read(True)`` once more.
-
-    Raises:
-        DamagedIndexError: for an index named by ``path`` (never replaced unasked), or
-            when ``read`` was already rebuilding.
-    """
-    try:
-        return read(rebuild)
-    except DamagedIndexError:
-        if path is not None or rebuild:
-            raise
-    return read(True)
-
-
-def _query(
-    ledger: Ledger, sql: str, path: str | os.PathLike[str] | None, rebuild: bool,
-    progress: Progress | None,
-) -> QueryResult:
-    target = index_path(ledger, path)
-    if not rebuild and target.is_file():
-        with _flock(target, exclusive=False):
-            try:
-                con = _open_read_only(target)
-            except duckdb.Error:
-                con = None
-            if con is not None:
-                try:
-                    if _is_current(con, ledger):
-                        return _execute(con, sql, target)
-                finally:
-                    con.close()
-    info = update_index(ledger, path, rebuild=rebuild, progress=progress)
-    with connect_read_only(info.path) as con:
-        return _execute(con, sql, info.path)
-
-
-class DamagedIndexError(UsageError):
-    """The index file fails DuckDB's own checks while it is read (a damaged cache):
-    the default index is rebuilt; one named with ``--index`` needs ``--rebuild``."""
-
-
-def raise_if_damaged(exc: duckdb.Error, path: str | os.PathLike[str] | None = None) -> None:
-    """Raise :class:`DamagedIndexError` when ``exc`` is DuckDB finding its file damaged
-    (a block whose checksum does not match; DuckDB gives it no class of its own)."""
-    text = str(exc)
-    if "Corrupt database file" in text or "does not match stored checksum" in text:
-        where = f"index {path}" if path else "the index"
-        raise DamagedIndexError(
-            f"{where} is damaged ({_one_line(exc)}); run again with --rebuild"
-        ) from exc
-
-
-def _execute(con: duckdb.DuckDBPyConnection, sql: str, path: Path) -> QueryResult:
-    try:
-        meta = _one(con, "SELECT tree_size, root_hash FROM ledger_index")
-        cursor = con.execute(sql)
-        rows = cursor.fetchall()
-    except duckdb.Error as exc:
-        raise_if_damaged(exc, path)
-        raise UsageError(f"SQL error: {_one_line(exc)}") from exc
-    assert meta is not None
-    description = cursor.description or []
-    return QueryResult(
-        [d[0] for d in description], [str(d[1]) for d in description], rows,
-        int(meta[0]), str(meta[1]),
     )

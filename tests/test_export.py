@@ -17,7 +17,8 @@ import pytest
 from ledger import index as index_mod
 from ledger.errors import UsageError
 from ledger.export import OTEL_NAMES, export_ledger, parse_time, verify_export
-from ledger.index import VIEWS
+from ledger.index_db import VIEWS
+from ledger.index_query import connect_read_only
 from ledger.ingest import ingest_file
 from ledger.log import Ledger
 from ledger.writer import EvidenceWriter
@@ -44,7 +45,7 @@ def exports(audit, tmp_path_factory) -> dict[str, Path]:
 
 def index_table(ledger: Ledger, name: str) -> pa.Table:
     view = VIEWS[name]
-    with index_mod.connect_read_only(index_mod.index_path(ledger)) as con:
+    with connect_read_only(index_mod.index_path(ledger)) as con:
         table = con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table()
     return table.cast(view.schema)
 

@@ -35,7 +35,9 @@ from ledger.findings import (
     TOOL_LINKAGE,
 )
 from ledger.framing import Record, frame
-from ledger.index import VIEWS, Deriver, derive, run_query, update_index
+from ledger.index import Deriver, derive, update_index
+from ledger.index_db import VIEWS
+from ledger.index_query import check_read_only, connect_read_only, run_query
 from ledger.ingest import ingest_file
 from ledger.log import Ledger
 from ledger.store import FileLogStore
@@ -152,7 +154,7 @@ def ident(row: dict) -> tuple:
 
 def table(ledger: Ledger, name: str) -> pa.Table:
     view = VIEWS[name]
-    with index_mod.connect_read_only(index_mod.index_path(ledger)) as con:
+    with connect_read_only(index_mod.index_path(ledger)) as con:
         return con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table().cast(
             view.schema
         )
@@ -537,7 +539,7 @@ def test_no_ledger_is_a_usage_error(tmp_path):
 )
 def test_writing_statements_are_refused_before_they_run(tmp_path, sql):
     with pytest.raises(UsageError, match=r"refused|exactly one"):
-        index_mod.check_read_only(sql)
+        check_read_only(sql)
 
 
 def test_reads_of_files_are_refused_by_the_connection(audit):
@@ -725,12 +727,12 @@ def _damaged_in_a_data_block(path: Path) -> bytes:
         data[offset:offset + 4096] = bytes(b ^ 0x5A for b in data[offset:offset + 4096])
         path.write_bytes(bytes(data))
         try:
-            with index_mod.connect_read_only(path) as con:
+            with connect_read_only(path) as con:
                 con.execute("SELECT * FROM ledger_index").fetchall()
         except Exception:
             continue  # the metadata itself: an index that fails to open is rebuilt anyway
         try:
-            with index_mod.connect_read_only(path) as con:
+            with connect_read_only(path) as con:
                 for name in VIEWS:
                     con.execute(f"SELECT * FROM {name}").fetchall()
         except Exception as exc:
