@@ -1,6 +1,7 @@
 """The shared case ``orphan_output_on_resume``, recorded: the ledger shows the SDK fault.
 
-Shape (offline, ScriptedModel, in-memory SQLiteSession wrapped by the recorder):
+Shape (offline, ScriptedModel, a SQLiteSession wrapped by the recorder: in memory, or in
+the file given with --session-db):
   tools   lookup (ungated), update_record (needs_approval=True)
   agent   has an output guardrail and tool_use_behavior=StopAtTools([...]) not naming update_record
   model   turn 1 -> function_call lookup        (call_id "c-lookup")
@@ -14,8 +15,10 @@ What ``evidence-ledger verify`` reports on the recorded ledger, by SDK release:
                         function_call_output but not its function_call)
   openai-agents 0.24.0  none
 
-Run:  python examples/orphan_output_on_resume.py --ledger DIR
+Run:  python examples/orphan_output_on_resume.py --ledger DIR [--session-db FILE]
 Then: evidence-ledger verify --ledger DIR
+      evidence-ledger scan-session FILE                  (with --session-db)
+      evidence-ledger repair-session FILE --ledger DIR   (a dry run; add --apply --by NAME)
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
@@ -89,23 +93,38 @@ async def drain(recorder: Recorder, agent: Agent[Any], run_input: Any, session: 
     return streamed
 
 
-async def main(ledger_dir: str) -> list[Any]:
-    """Record the case into ``ledger_dir``; return the session's items at the end."""
+SESSION_ID = "case-orphan"
+
+
+async def main(ledger_dir: str, session_db: str = ":memory:") -> list[Any]:
+    """Record the case into ``ledger_dir``, the session ``SESSION_ID`` kept in the SQLite
+    file ``session_db`` (default: in memory); return the session's items at the end."""
     recorder = Recorder(ledger_dir)
     agent = build_agent()
-    session = SQLiteSession("case-orphan", ":memory:")
-    paused = await drain(recorder, agent, "set k1 to v2", session)
-    stored = json.dumps(paused.to_state().to_json())  # parked in an external store
-    state = await RunState.from_json(agent, json.loads(stored))  # later, another process
-    recorder.approve(state, state.get_interruptions()[0], approver="operator")
-    await drain(recorder, agent, state, session)
-    return await session.get_items()
+    if session_db != ":memory:":
+        Path(session_db).parent.mkdir(parents=True, exist_ok=True)
+    session = SQLiteSession(SESSION_ID, session_db)
+    try:
+        paused = await drain(recorder, agent, "set k1 to v2", session)
+        stored = json.dumps(paused.to_state().to_json())  # parked in an external store
+        state = await RunState.from_json(agent, json.loads(stored))  # later, another process
+        recorder.approve(state, state.get_interruptions()[0], approver="operator")
+        await drain(recorder, agent, state, session)
+        return await session.get_items()
+    finally:
+        session.close()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ledger", required=True, help="ledger directory to record into")
+    parser.add_argument("--session-db", default=":memory:", metavar="FILE",
+                        help="keep the session in this SQLite file (default: in memory), "
+                             "for scan-session and repair-session")
     args = parser.parse_args()
-    for item in asyncio.run(main(args.ledger)):
+    for item in asyncio.run(main(args.ledger, args.session_db)):
         print(f"{item.get('type') or item.get('role'):24}{item.get('call_id', '')}")
     print(f"recorded into {args.ledger}; check it: evidence-ledger verify --ledger {args.ledger}")
+    if args.session_db != ":memory:":
+        print(f"session {SESSION_ID!r} kept in {args.session_db}; scan it: "
+              f"evidence-ledger scan-session {args.session_db}")

@@ -25,31 +25,18 @@ SDK = "0.22.3"
 SESSION = "case-orphan"
 
 # Run inside the SDK venv: ``record STORE LEDGER`` records the shared case
-# (examples/orphan_output_on_resume.py: agent, script, approval through the recorder)
-# into LEDGER with a file-backed session in STORE; ``next-turn STORE`` runs one more
+# (examples/orphan_output_on_resume.py ``main``: agent, script, approval through the
+# recorder) into LEDGER with a file-backed session in STORE; ``next-turn STORE`` runs one more
 # turn on that session and prints the input the model was sent, as JSON.
 SCRIPT = """
 import asyncio, importlib.util, json, sys
-from agents import Agent, RunState, Runner, SQLiteSession
+from agents import Agent, Runner, SQLiteSession
 from agents.testing import ModelStep, ScriptedModel, assistant_message
-from ledger.integrations.openai_agents import Recorder
 
 spec = importlib.util.spec_from_file_location("case", sys.argv[1])
 case = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(case)
-SESSION = "case-orphan"
-
-async def record(store, ledger):
-    recorder, agent = Recorder(ledger), case.build_agent()
-    session = SQLiteSession(SESSION, store)
-    try:
-        paused = await case.drain(recorder, agent, "set k1 to v2", session)
-        stored = json.dumps(paused.to_state().to_json())
-        state = await RunState.from_json(agent, json.loads(stored))
-        recorder.approve(state, state.get_interruptions()[0], approver="operator")
-        await case.drain(recorder, agent, state, session)
-    finally:
-        session.close()
+SESSION = case.SESSION_ID
 
 async def next_turn(store):
     model = ScriptedModel([ModelStep(output=[assistant_message("k1 is v2")])])
@@ -62,7 +49,7 @@ async def next_turn(store):
     print(json.dumps(model.last_call.input, default=str))
 
 if sys.argv[2] == "record":
-    asyncio.run(record(sys.argv[3], sys.argv[4]))
+    asyncio.run(case.main(sys.argv[4], sys.argv[3]))
 else:
     asyncio.run(next_turn(sys.argv[3]))
 """
