@@ -261,6 +261,15 @@ def test_jsonl_bad_line_exit_2_names_the_line(tmp_path: Path, line: str):
         read_store(dump)
 
 
+@pytest.mark.parametrize("content", [b"hello\n", b"PK\x03\x04 a zip, say\n"])
+def test_a_file_that_is_neither_store_says_so(tmp_path: Path, content: bytes):
+    source = tmp_path / "chat.db"
+    source.write_bytes(content)
+    result = run_cli("scan-session", str(source))
+    assert result.code == 2
+    assert "neither a SQLite store" in result.err and "line 1: not JSON" in result.err
+
+
 # -- unreadable input: exit 2, one line -----------------------------------------------------
 
 

@@ -191,12 +191,15 @@ def _read_jsonl(path: Path, session_id: str | None) -> StoreContents:
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     sessions: dict[str, SessionItems] = {}
+    first = True
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         record = _decode_row(line)
         if record is _SKIP:
-            raise UsageError(f"{path} line {number}: not JSON (or nested too deeply)")
+            neither = "neither a SQLite store nor a JSON Lines dump: " if first else ""
+            raise UsageError(f"{path}: {neither}line {number}: not JSON (or nested too deeply)")
+        first = False
         if not (isinstance(record, dict) and set(record) == {"session_id", "item"}
                 and isinstance(record["session_id"], str)):
             raise UsageError(
