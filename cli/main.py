@@ -412,8 +412,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"evidence-ledger: usage error: {usage} (see --help)", highlight=False, markup=False
             )
             sys.exit(2)
+        hint = "" if verbose else " (rerun with --verbose)"
         output.stderr.print(
-            f"evidence-ledger: internal error: {type(exc).__name__}: {exc} (rerun with --verbose)",
+            f"evidence-ledger: internal error: {type(exc).__name__}: {exc}{hint}",
             highlight=False, markup=False,
         )
         sys.exit(1)

@@ -407,8 +407,8 @@ def _compare(path: Path, fmt: str, expected: pa.Table) -> str | None:
     if fmt == "parquet":
         try:
             theirs = pq.read_table(path).cast(expected.schema)
-        except (pa.ArrowException, ValueError) as exc:
-            return f"not a Parquet file of this view's columns ({exc})"
+        except (pa.ArrowException, ValueError, OSError) as exc:  # damaged data: OSError
+            return f"not a Parquet file of this view's columns ({' '.join(str(exc).split())})"
         if theirs.equals(expected):
             return None
         row = _first_row_difference(expected, theirs)

@@ -1,9 +1,11 @@
 """The CLI: exit codes, one-line errors, ingest is all-or-nothing."""
 
 import json
+import types
 
 import pytest
 
+from cli import main as cli_main
 from ledger.log import Ledger
 from tests.helpers import DATA, ingest, run_cli
 
@@ -88,6 +90,21 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, args, code):
 def test_verbose_adds_the_traceback():
     result = run_cli("verify", "--ledger", "/nonexistent/ledger", "--verbose")
     assert result.code == 2 and "Traceback" in result.err
+
+
+def test_an_internal_error_hints_at_verbose_only_without_it(monkeypatch):
+    class Broken:
+        commands = types.MappingProxyType({})
+
+        def main(self, **_: object) -> None:
+            raise RuntimeError("boom")
+
+    monkeypatch.setattr(cli_main, "_command", Broken)
+    plain, verbose = run_cli("log"), run_cli("log", "--verbose")
+    assert plain.code == verbose.code == 1
+    assert plain.err == (
+        "evidence-ledger: internal error: RuntimeError: boom (rerun with --verbose)\n")
+    assert "Traceback" in verbose.err and "rerun with --verbose" not in verbose.err
 
 
 def test_log_filters_and_trace(tmp_path):

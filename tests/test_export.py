@@ -191,6 +191,20 @@ def test_an_edited_file_fails_naming_it(audit, exports, tmp_path, fmt):
     assert "SHA-256" in problems[0] and "FAIL" in result.out
 
 
+@pytest.mark.parametrize("offset", [4, 800, -40])
+def test_a_parquet_file_with_a_damaged_byte_fails_naming_it(audit, exports, tmp_path, offset):
+    path = copy(exports["parquet"], tmp_path)
+    name = "calls.parquet"
+    data = bytearray((path / name).read_bytes())
+    data[offset] ^= 0x5A
+    (path / name).write_bytes(bytes(data))
+    result = run_cli("verify-export", str(path), "--ledger", str(audit.directory))
+    assert result.code == 1, result.err
+    assert "internal error" not in result.err
+    problems = [line for line in result.out.splitlines() if line.startswith("mismatch")]
+    assert problems and all(name in line for line in problems) and "FAIL" in result.out
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_forged_export_with_a_recomputed_manifest_fails(audit, exports, tmp_path, fmt):
     """Someone edits a file and re-hashes it into the manifest: the rows give it away."""
