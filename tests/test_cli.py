@@ -107,6 +107,15 @@ def test_an_internal_error_hints_at_verbose_only_without_it(monkeypatch):
     assert "Traceback" in verbose.err and "rerun with --verbose" not in verbose.err
 
 
+def test_log_of_a_call_id_no_entry_names_is_exit_2(tmp_path):
+    ingest(tmp_path)
+    missing = run_cli("log", "--ledger", str(tmp_path), "--call-id", "nosuch")
+    assert missing.code == 2 and missing.err.count("\n") == 1 and "nosuch" in missing.err
+    other_kind = run_cli("log", "--ledger", str(tmp_path), "--call-id", "c1", "--kind",
+                         "run_state", "--json")
+    assert other_kind.code == 0 and json.loads(other_kind.out) == []
+
+
 def test_log_filters_and_trace(tmp_path):
     assert run_cli("ingest", str(VALID), "--ledger", str(tmp_path)).code == 0
     rows = json.loads(run_cli("log", "--ledger", str(tmp_path), "--kind", "decision", "--json").out)
