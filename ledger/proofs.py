@@ -430,7 +430,7 @@ _READ = 1 << 22  # bytes per read of the log
 
 def _damaged(index: int, reason: str) -> EvidenceError:
     return EvidenceError(
-        f"refusing to prove: the log is damaged at seq {index} ({reason}); run verify"
+        f"the log is damaged at seq {index} ({reason}); run verify"
     )
 
 
