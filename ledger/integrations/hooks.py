@@ -45,7 +45,7 @@ from openai.types.responses import ResponseFunctionToolCall
 from ..writer import EvidenceWriter
 from .legs import current_leg, entered
 
-__all__ = ["IGNORED_HANDOFF", "attach", "persisted_output"]
+__all__ = ["IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "attach", "persisted_output"]
 
 _MARK = "_evidence_ledger_attached"
 
