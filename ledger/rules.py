@@ -7,7 +7,8 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
   ``function_call`` with the same ``call_id`` in that session, no later than the output;
 - ``output_provenance``: every persisted ``function_call_output`` traces to a recorded
   call and to an execution whose result digest equals the output digest, a rejection
-  whose message it carries, or a guardrail block;
+  whose message it carries, or a guardrail block; the output of a call a guardrail
+  blocked (an output guardrail blocks after the tool ran) must be a block's message;
 - ``execution_provenance``: every execution traces to a recorded call;
 - ``approval_binding``: every execution of a gated call follows an approve decision for
   that call (or a sticky approval of that agent's tool in that run) whose arguments
@@ -492,7 +493,7 @@ class RuleEngine:
             return
         call.held_persisted = _held(call.held_persisted, entry.seq)
         output = b["output_digest"]
-        if output in call.results:
+        if output in call.results and not call.blocks:  # a block replaced what it returned
             return
         sticky = self._effective(call)
         sticky_rejected = sticky is not None and sticky.decision == "reject"

@@ -87,3 +87,29 @@ def test_a_late_approval_of_a_call_that_already_ran_is_one_violation(tmp_path):
     assert run_cli("ingest", str(path), "--ledger", str(tmp_path)).code == 0
     _, report = _verify_json(tmp_path)
     assert [(v["rule"], v["seq"]) for v in report["violations"]] == [("approval_binding", 1)]
+
+
+@pytest.mark.parametrize(("persisted", "rules"), [
+    ("[withheld]", []),  # the guardrail's message, as the SDK persists it
+    ("secret k1", ["output_provenance"]),  # what the guardrail withheld: a leak
+])
+def test_a_blocked_call_may_only_persist_the_block_message(tmp_path, persisted, rules):
+    """An output guardrail blocked c1 after it ran: its execution holds the real result,
+    and only the guardrail's message may be persisted as its output."""
+    events = [
+        {"kind": "call", "run_id": "r1", "agent": "vault", "tool": "lookup", "call_id": "c1",
+         "arguments": "{}"},
+        {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
+         "result": "secret k1"},
+        {"kind": "guardrail", "run_id": "r1", "call_id": "c1", "guardrail": "no_secrets",
+         "message": "[withheld]"},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"}},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call_output", "call_id": "c1", "output": persisted}},
+    ]
+    path = tmp_path / "blocked.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert run_cli("ingest", str(path), "--ledger", str(tmp_path / "l")).code == 0
+    _, report = _verify_json(tmp_path / "l")
+    assert [v["rule"] for v in report["violations"]] == rules
