@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -280,6 +282,8 @@ def _output_guardrail(behavior: str) -> Any:
             return ToolGuardrailFunctionOutput.allow()
         if behavior == "reject":
             return ToolGuardrailFunctionOutput.reject_content("[withheld]")
+        if behavior == "crash":
+            raise RuntimeError("guardrail down")
         return ToolGuardrailFunctionOutput.raise_exception()
 
     return no_secrets
@@ -323,6 +327,114 @@ async def test_a_tool_output_guardrail_block_keeps_what_the_tool_returned(
         assert block["message_digest"] is None
         assert [b["status"] for b in of_kind(found, "run_end")] == ["failed"]
     assert_verifies(tmp_path)
+
+
+async def test_a_crashing_output_guardrail_still_records_what_the_tool_returned(
+    tmp_path: Path,
+) -> None:
+    @function_tool(tool_output_guardrails=[_output_guardrail("crash")])
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"secret for {key}"
+
+    agent = Agent(name="vault", tools=[lookup], model=scripted(
+        [function_call("lookup", {"key": "k1"}, call_id="c-1")], [assistant_message("done")]))
+    with pytest.raises(Exception, match="guardrail down"):  # the SDK wraps it (UserError)
+        await Recorder(tmp_path).run(agent, "look")
+
+    found = entries(tmp_path)
+    assert [(b["call_id"], b["result_digest"]) for b in of_kind(found, "execution")] == [
+        ("c-1", hashlib.sha256(b"secret for k1").digest())]  # before: none, though it ran
+    assert of_kind(found, "guardrail") == []
+    assert [b["status"] for b in of_kind(found, "run_end")] == ["failed"]
+
+
+async def test_output_guardrails_stay_the_users_objects_and_name_the_tool_that_ran(
+    tmp_path: Path,
+) -> None:
+    guardrail = _output_guardrail("raise")
+
+    @function_tool(tool_output_guardrails=[guardrail])
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"secret for {key}"
+
+    first = Agent(name="vault", tools=[lookup], model=scripted(
+        [function_call("lookup", {"key": "k1"}, call_id="c-1")]))
+    recorder = Recorder(tmp_path)
+    with pytest.raises(ToolOutputGuardrailTripwireTriggered) as raised:
+        await recorder.run(first, "look")
+    assert raised.value.guardrail is guardrail  # the SDK reports the user's own guardrail
+
+    # the attached tool, copied and renamed, then rebuilt with dataclasses.replace
+    renamed = copy.copy(lookup)
+    renamed.name = "lookup_eu"
+    rebuilt = dataclasses.replace(lookup, name="lookup_us")
+    for call_id, tool in (("c-2", renamed), ("c-3", rebuilt)):
+        agent = Agent(name="vault", tools=[tool], model=scripted(
+            [function_call(tool.name, {"key": "k1"}, call_id=call_id)]))
+        with pytest.raises(ToolOutputGuardrailTripwireTriggered):
+            await recorder.run(agent, "look")
+
+    found = entries(tmp_path)
+    assert [(b["call_id"], b["tool"]) for b in of_kind(found, "execution")] == [
+        ("c-1", "lookup"), ("c-2", "lookup_eu"), ("c-3", "lookup_us")]
+    assert [(b["call_id"], b["tool"]) for b in of_kind(found, "guardrail")] == [
+        ("c-1", "lookup"), ("c-2", "lookup_eu"), ("c-3", "lookup_us")]  # each once
+    assert_verifies(tmp_path)
+
+
+async def test_the_first_handoff_of_a_response_is_the_one_that_ran(tmp_path: Path) -> None:
+    billing = Agent(name="billing", model=scripted([assistant_message("billing here")]))
+    triage = Agent(
+        name="triage", handoffs=[billing, handoff(billing, tool_name_override="escalate")],
+        model=scripted([function_call("escalate", {}, call_id="c-1"),
+                        function_call("transfer_to_billing", {}, call_id="c-2")]),
+    )
+    session = SQLiteSession("same-target", ":memory:")
+    await Recorder(tmp_path).run(triage, "help", session=session)
+
+    found = entries(tmp_path)
+    assert [(b["call_id"], b["tool"]) for b in of_kind(found, "execution")] == [
+        ("c-1", "escalate")]
+    assert [(b["call_id"], b["guardrail"]) for b in of_kind(found, "guardrail")] == [
+        ("c-2", IGNORED_HANDOFF)]
+    assert_verifies(tmp_path)
+
+
+@pytest.mark.parametrize("via_json", [False, True], ids=["to_state", "from_json"])
+async def test_handoffs_performed_in_a_resumed_leg_are_recorded(
+    tmp_path: Path, via_json: bool
+) -> None:
+    @function_tool(needs_approval=True)
+    def refund(order: str) -> str:
+        """Refund an order (gated)."""
+        return f"refunded {order}"
+
+    billing = Agent(name="billing", model=scripted([assistant_message("billing here")]))
+    legal = Agent(name="legal", model=scripted([assistant_message("legal here")]))
+    triage = Agent(
+        name="triage", tools=[refund], handoffs=[billing, legal],
+        model=scripted([function_call("refund", {"order": "o1"}, call_id="c-refund"),
+                        function_call("transfer_to_billing", {}, call_id="c-ho"),
+                        function_call("transfer_to_legal", {}, call_id="c-ho2")]),
+    )
+    session = SQLiteSession("resumed-handoff", ":memory:")
+    recorder = Recorder(tmp_path)
+    paused = await recorder.run(triage, "refund, then billing", session=session)
+    state = paused.to_state()
+    if via_json:
+        state = await RunState.from_json(triage, json.loads(json.dumps(state.to_json())))
+    for item in state.get_interruptions():
+        recorder.approve(state, item, approver="alice")
+    result = await recorder.run(triage, state, session=session)
+    assert result.final_output == "billing here"
+
+    found = entries(tmp_path)
+    assert [b["call_id"] for b in of_kind(found, "execution")] == ["c-refund", "c-ho"]
+    assert [(b["call_id"], b["guardrail"]) for b in of_kind(found, "guardrail")] == [
+        ("c-ho2", IGNORED_HANDOFF)]
+    assert_verifies(tmp_path)  # before: output_provenance on c-ho and c-ho2
 
 
 @function_tool

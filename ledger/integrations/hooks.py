@@ -15,6 +15,7 @@ nested agent's calls, executions and policies carry it, on resume as well.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from dataclasses import replace
@@ -37,15 +38,15 @@ from agents.tool import Tool
 from agents.tool_context import ToolContext
 from agents.tool_guardrails import (
     ToolGuardrailFunctionOutput,
-    ToolInputGuardrailData,
-    ToolOutputGuardrailData,
 )
 from openai.types.responses import ResponseFunctionToolCall
 
-from ..writer import EvidenceWriter
+from ..writer import EvidenceWriter, Scope
 from .legs import current_leg, entered
 
-__all__ = ["IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "attach", "persisted_output"]
+__all__ = [
+    "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "attach", "pending_handoffs", "persisted_output",
+]
 
 _MARK = "_evidence_ledger_attached"
 
@@ -62,12 +63,15 @@ def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
-def persisted_output(context: ToolContext[Any], tool: FunctionTool, result: Any) -> Any:
+def persisted_output(
+    context: ToolContext[Any], tool: FunctionTool | None, result: Any
+) -> Any:
     """The ``output`` the SDK puts in the ``function_call_output`` item for ``result``.
 
     A string stays as it is; a list of content parts (``ToolOutputText`` and friends)
     becomes a list of dicts; a tool with a declared output schema gives compact JSON
-    text; anything else becomes ``str(result)``.
+    text; anything else becomes ``str(result)``. ``tool`` None: a tool without an output
+    schema.
     """
     call = context.tool_call or ResponseFunctionToolCall(
         type="function_call", call_id=context.tool_call_id, name=context.tool_name,
@@ -75,7 +79,7 @@ def persisted_output(context: ToolContext[Any], tool: FunctionTool, result: Any)
     )
     try:
         item = ItemHelpers.tool_call_output_item(
-            call, result, output_json_schema=tool.output_json_schema,
+            call, result, output_json_schema=getattr(tool, "output_json_schema", None),
             output_type_adapter=getattr(tool, "_output_type_adapter", None),
         )
     except UserError:  # the SDK bypasses the output schema for error messages
@@ -111,27 +115,35 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
     return agent
 
 
-def _claim(obj: Agent[Any] | FunctionTool) -> bool:
-    """Mark ``obj`` as attached; False if it already was."""
+def _claim(obj: object) -> bool:
+    """Mark ``obj`` (an agent, a tool, a guardrail or one of our wrappers) as attached;
+    False if it already was."""
     if getattr(obj, _MARK, False):
         return False
     setattr(obj, _MARK, True)
     return True
 
 
+def _wrapper(function: Any) -> Any:
+    """``function``, marked as one of our wrappers (a tool copied or rebuilt with
+    ``dataclasses.replace`` carries them along: they are never wrapped twice)."""
+    _claim(function)
+    return function
+
+
 def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
-    if getattr(tool, "_agent_instance", None) is not None:
-        invoke = tool.on_invoke_tool
+    invoke = tool.on_invoke_tool
+    if getattr(tool, "_agent_instance", None) is not None and not getattr(invoke, _MARK, False):
 
         async def invoke_in_scope(context: ToolContext[Any], arguments: str) -> Any:
             outer = current_leg()
-            edge = f"{tool.name}:{context.tool_call_id}"
+            edge = f"{context.tool_name}:{context.tool_call_id}"
             with entered(replace(outer, scope=(*outer.scope, edge))):
                 return await invoke(context, arguments)
 
-        tool.on_invoke_tool = invoke_in_scope
-    if callable(tool.needs_approval):
-        policy = tool.needs_approval
+        tool.on_invoke_tool = _wrapper(invoke_in_scope)
+    policy = tool.needs_approval
+    if callable(policy) and not getattr(policy, _MARK, False):
 
         async def recorded_policy(context: Any, params: Any, call_id: str) -> Any:
             decided: Any = policy(context, params, call_id)
@@ -145,15 +157,11 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             ))
             return decided
 
-        tool.needs_approval = recorded_policy
-    if tool.tool_input_guardrails:
-        tool.tool_input_guardrails = [
-            _recorded_input_guardrail(tool, g) for g in tool.tool_input_guardrails
-        ]
-    if tool.tool_output_guardrails:
-        tool.tool_output_guardrails = [
-            _recorded_output_guardrail(tool, g) for g in tool.tool_output_guardrails
-        ]
+        tool.needs_approval = _wrapper(recorded_policy)
+    for before in tool.tool_input_guardrails or ():
+        _wrap_guardrail(before, after_run=False)
+    for after in tool.tool_output_guardrails or ():
+        _wrap_guardrail(after, after_run=True)
 
 
 def _record_block(
@@ -169,42 +177,38 @@ def _record_block(
     ))
 
 
-def _recorded_input_guardrail(
-    tool: FunctionTool, guardrail: ToolInputGuardrail[Any]
-) -> ToolInputGuardrail[Any]:
-    """``guardrail``, recording a block when it does not allow the call (the tool then
-    does not run)."""
-    name = guardrail.get_name()
+def _wrap_guardrail(
+    guardrail: ToolInputGuardrail[Any] | ToolOutputGuardrail[Any], after_run: bool
+) -> None:
+    """Make ``guardrail`` (in place, once: the object stays the user's, and may serve
+    several tools) record a block when it does not allow a call. An output guardrail
+    (``after_run``) runs after the tool: it first records the execution with what the tool
+    returned (the SDK then persists the guardrail's message, or raises, and
+    ``on_tool_end`` would only see the message), also when the guardrail itself fails."""
+    if not _claim(guardrail):
+        return
+    name, check = guardrail.get_name(), guardrail.guardrail_function
 
-    async def recorded(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
-        output = await guardrail.run(data)
-        if output.behavior["type"] != "allow":
-            _record_block(data.context.tool_call_id, data.agent.name, tool.name, name,
-                          output.behavior.get("message"))
-        return output
+    @functools.wraps(check)
+    async def recorded(data: Any) -> ToolGuardrailFunctionOutput:
+        try:
+            verdict = check(data)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except BaseException:
+            if after_run:
+                _record_ran(data.context, data.agent, data.output)
+            raise
+        if verdict.behavior["type"] != "allow":
+            if after_run:
+                _record_ran(data.context, data.agent, data.output)
+                frame = current_leg()
+                frame.blocked_outputs.add((frame.scope, data.context.tool_call_id))
+            _record_block(data.context.tool_call_id, data.agent.name, data.context.tool_name,
+                          name, verdict.behavior.get("message"))
+        return verdict
 
-    return ToolInputGuardrail(guardrail_function=recorded, name=name)
-
-
-def _recorded_output_guardrail(
-    tool: FunctionTool, guardrail: ToolOutputGuardrail[Any]
-) -> ToolOutputGuardrail[Any]:
-    """``guardrail``, recording, when it does not allow the tool's output, the execution
-    with what the tool returned and then the block (the SDK persists the guardrail's
-    message, or raises; ``on_tool_end`` would only see the message)."""
-    name = guardrail.get_name()
-
-    async def recorded(data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
-        output = await guardrail.run(data)
-        if output.behavior["type"] != "allow":
-            _record_execution(data.context, data.agent, tool, data.output)
-            frame = current_leg()
-            frame.blocked_outputs.add((frame.scope, data.context.tool_call_id))
-            _record_block(data.context.tool_call_id, data.agent.name, tool.name, name,
-                          output.behavior.get("message"))
-        return output
-
-    return ToolOutputGuardrail(guardrail_function=recorded, name=name)
+    guardrail.guardrail_function = recorded
 
 
 def _handoffs(agent: Agent[Any]) -> dict[str, Handoff[Any, Any]]:
@@ -245,41 +249,72 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
 
 
 def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
+    """``on_tool_end``: record the execution of a function tool (unless its output
+    guardrail already did)."""
     if not (isinstance(context, ToolContext) and isinstance(tool, FunctionTool)):
         return  # hosted, shell and computer tools carry no call id here
     frame = current_leg()
-    if (frame.scope, context.tool_call_id) in frame.blocked_outputs:  # see the output guardrail
+    if (frame.scope, context.tool_call_id) in frame.blocked_outputs:  # see _wrap_guardrail
         frame.blocked_outputs.discard((frame.scope, context.tool_call_id))
         return
+    _record_ran(context, agent, result, tool)
+
+
+def _record_ran(
+    context: ToolContext[Any], agent: Agent[Any], result: Any, tool: FunctionTool | None = None
+) -> None:
+    """Record the execution of the function tool ``context`` names, which returned
+    ``result`` (``tool``: its object, else looked up on ``agent`` by name, for the output
+    schema)."""
+    if tool is None:
+        tool = next((t for t in agent.tools
+                     if isinstance(t, FunctionTool) and t.name == context.tool_name), None)
+    frame = current_leg()
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=context.tool_call_id,
-        arguments=context.tool_arguments, scope=frame.scope, agent=agent.name, tool=tool.name,
-        result=persisted_output(context, tool, result), run_state=frame.run_state,
-        time_ns=frame.journal.writer.clock(),
+        arguments=context.tool_arguments, scope=frame.scope, agent=agent.name,
+        tool=context.tool_name, result=persisted_output(context, tool, result),
+        run_state=frame.run_state, time_ns=frame.journal.writer.clock(),
     ))
 
 
 def _record_handoff(source: Agent[Any], target: Agent[Any]) -> None:
-    """Record the execution of the handoff the SDK ran from ``source`` to ``target``: the
-    first call in ``source``'s latest response that names that handoff, with the transfer
-    message the SDK persists as its output (``Handoff.get_transfer_message``)."""
+    """Record the handoff the SDK ran from ``source`` to ``target``. The SDK runs the
+    first handoff call of ``source``'s latest response: its execution is recorded, with
+    the transfer message the SDK persists as its output (``Handoff.get_transfer_message``);
+    every later handoff call of that response, which the SDK answers with
+    :data:`IGNORED_HANDOFF_MESSAGE`, gets a block."""
     frame = current_leg()
     pending = frame.handoff_calls.pop((frame.scope, source.name), [])
-    ran = next((h for h in _handoffs(source).values() if h.agent_name == target.name), None)
-    call = next((c for c in pending if ran is not None and c[1] == ran.tool_name), None)
-    for ignored_id, ignored_tool, _ in pending:
-        if call is not None and ignored_id != call[0]:
-            _record_block(ignored_id, source.name, ignored_tool, IGNORED_HANDOFF,
-                          IGNORED_HANDOFF_MESSAGE)
-    if ran is None or call is None:
+    ran = _handoffs(source).get(pending[0][1]) if pending else None
+    if ran is None:
         return
-    call_id, tool, arguments = call
+    (call_id, tool, arguments), ignored = pending[0], pending[1:]
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=call_id, arguments=arguments,
         scope=frame.scope, agent=source.name, tool=tool,
         result=ran.get_transfer_message(target), run_state=frame.run_state,
         time_ns=frame.journal.writer.clock(),
     ))
+    for ignored_id, ignored_tool, _ in ignored:
+        _record_block(ignored_id, source.name, ignored_tool, IGNORED_HANDOFF,
+                      IGNORED_HANDOFF_MESSAGE)
+
+
+def pending_handoffs(state: Any) -> dict[tuple[Scope, str], list[tuple[str, str, str]]]:
+    """The handoff calls a paused ``RunState`` will run or ignore when resumed, as
+    :attr:`Leg.handoff_calls` holds them: the handoff calls of the response its current
+    agent made before pausing (read from the SDK's ``_last_processed_response``,
+    restored by ``RunState.from_json`` too); empty when there are none."""
+    agent = getattr(state, "_current_agent", None)
+    response = getattr(state, "_last_processed_response", None)
+    calls = [run.tool_call for run in getattr(response, "handoffs", None) or ()]
+    if agent is None or not calls:
+        return {}
+    return {((), agent.name): [
+        (_field(call, "call_id"), _field(call, "name"), _field(call, "arguments"))
+        for call in calls
+    ]}
 
 
 class _RecordingHooks(AgentHooks[Any]):

@@ -101,7 +101,7 @@ from ..errors import UsageError
 from ..log import Ledger
 from ..writer import EvidenceWriter, Scope
 from .group_commit import Journal
-from .hooks import attach
+from .hooks import attach, pending_handoffs
 from .legs import Leg, entered
 from .recorded_session import RecordedSession
 from .run_states import (
@@ -245,7 +245,8 @@ class Recorder:
             kwargs["session"] = RecordedSession(self.writer, session)
         if isinstance(input, RunState):
             info = self._adopt(input, since=since, resume=True)
-            return Leg(self._journal, since, info.run_id, run_state=info.state_id)
+            return Leg(self._journal, since, info.run_id, run_state=info.state_id,
+                       handoff_calls=pending_handoffs(input))
         run_id = uuid.uuid4().hex
         context = kwargs.get("context")
         if context is None:
