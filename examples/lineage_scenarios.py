@@ -19,6 +19,9 @@ gated tool ``wire`` and records it through :class:`~ledger.integrations.openai_a
   handoff         a triage agent asks for two handoffs in one response, with a session: the
                   SDK runs the first (its transfer message must trace back to the recorded
                   handoff) and ignores the second (its output, to the recorded block)
+  handoff_resumed a response asks for the gated tool and two handoffs: the run pauses; the
+                  state goes through JSON, the call is approved and the run resumed, and
+                  the SDK hands off (and ignores the second handoff) in the resumed leg
   output_guard    a tool output guardrail replaces a tool's result, with a session: the
                   execution keeps what the tool returned, the persisted message traces
                   back to the recorded block
@@ -280,6 +283,21 @@ async def handoff(recorder: Recorder, streamed: bool) -> None:
     await run(recorder, triage, "a refund, please", streamed, session=session)
 
 
+async def handoff_resumed(recorder: Recorder, streamed: bool) -> None:
+    prefix = tag("handoff_resumed", streamed)
+    billing = Agent(name="billing", model=scripted_model([], "billing here"))
+    legal = Agent(name="legal", model=scripted_model([], "legal here"))
+    triage = Agent(name="triage", tools=[wire], handoffs=[billing, legal], model=scripted_model(
+        [("wire", {"amount": 3}, f"{prefix}-wire"), ("transfer_to_billing", {}, f"{prefix}-1"),
+         ("transfer_to_legal", {}, f"{prefix}-2")], "not reached", together=True))
+    session = SQLiteSession(f"handoff-resumed-{streamed}", ":memory:")
+    paused = await run(recorder, triage, "refund 3, then billing", streamed, session=session)
+    stored = json.dumps(paused.to_state().to_json())
+    state = await RunState.from_json(triage, json.loads(stored))
+    approve_all(recorder, state)
+    await resume(recorder, triage, state, streamed, session=session)
+
+
 @tool_output_guardrail
 def no_card_numbers(data: Any) -> ToolGuardrailFunctionOutput:
     """Withhold a result that shows a card number."""
@@ -309,6 +327,7 @@ SCENARIOS: dict[str, Callable[[Recorder, bool], Any]] = {
     "nested3": nested(3),
     "retry_write": retry_write,
     "handoff": handoff,
+    "handoff_resumed": handoff_resumed,
     "output_guard": output_guard,
 }
 """Scenario name -> coroutine function ``(recorder, streamed)``."""

@@ -42,7 +42,7 @@ SCRIPT = REPO_ROOT / "examples" / "lineage_scenarios.py"
 RELEASES = ("0.20.0", "0.21.0", "0.22.3", "0.23.1", "0.24.0")
 SCENARIOS = (
     "fork", "reuse_call_id", "nested1", "nested2", "nested3", "retry_write", "handoff",
-    "output_guard",
+    "handoff_resumed", "output_guard",
 )
 
 EXPECTED: dict[tuple[str, str], set[str]] = {
