@@ -77,9 +77,14 @@ Limits: attached agents must run through a recorder (their hooks raise
 :class:`~ledger.errors.UsageError` otherwise); a session write outside a recorded run is
 recorded with ``run_id=""``; a streamed run whose events are not read to the end is
 recorded as ``failed``; a handoff is recorded as its call and an execution whose result
-is the transfer message the SDK persists; the run states of agents run through
-``Agent.as_tool`` are the SDK's own and not recorded (their calls are, under the
-top-level run's state).
+is the transfer message the SDK persists (also when the SDK runs it in a leg resumed
+from a ``RunState``); the run states of agents run through ``Agent.as_tool`` are the
+SDK's own and not recorded (their calls are, under the top-level run's state); tool
+guardrails given to an MCP server (not to a tool) are not wrapped, so a block by one is
+recorded as an execution whose result is the guardrail's message; a guardrail or
+approval rejection of a tool called programmatically (``caller`` type ``program``) with
+an output schema is persisted by the SDK as ``{"error": message}``, which the recorded
+message does not match (``output_provenance``).
 """
 
 from __future__ import annotations
