@@ -384,6 +384,26 @@ async def test_output_guardrails_stay_the_users_objects_and_name_the_tool_that_r
     assert_verifies(tmp_path)
 
 
+async def test_a_guardrail_shared_with_an_unrecorded_agent_still_works_there(
+    tmp_path: Path,
+) -> None:
+    guardrail = _output_guardrail("reject")
+
+    def agent_with_lookup(call_id: str) -> Agent[Any]:
+        @function_tool(tool_output_guardrails=[guardrail])
+        def lookup(key: str) -> str:
+            """Look a key up."""
+            return f"secret for {key}"
+
+        return Agent(name="vault", tools=[lookup], model=scripted(
+            [function_call("lookup", {"key": "k1"}, call_id=call_id)], [assistant_message("ok")]))
+
+    await Recorder(tmp_path).run(agent_with_lookup("c-1"), "look")  # wraps the guardrail
+    plain = await Runner.run(agent_with_lookup("c-2"), "look")  # an agent never attached
+    assert plain.final_output == "ok"
+    assert [b["call_id"] for b in of_kind(entries(tmp_path), "guardrail")] == ["c-1"]
+
+
 async def test_the_first_handoff_of_a_response_is_the_one_that_ran(tmp_path: Path) -> None:
     billing = Agent(name="billing", model=scripted([assistant_message("billing here")]))
     triage = Agent(

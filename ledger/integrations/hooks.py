@@ -42,7 +42,7 @@ from agents.tool_guardrails import (
 from openai.types.responses import ResponseFunctionToolCall
 
 from ..writer import EvidenceWriter, Scope
-from .legs import current_leg, entered
+from .legs import CURRENT_LEG, current_leg, entered
 
 __all__ = [
     "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "attach", "pending_handoffs", "persisted_output",
@@ -181,25 +181,27 @@ def _wrap_guardrail(
     guardrail: ToolInputGuardrail[Any] | ToolOutputGuardrail[Any], after_run: bool
 ) -> None:
     """Make ``guardrail`` (in place, once: the object stays the user's, and may serve
-    several tools) record a block when it does not allow a call. An output guardrail
-    (``after_run``) runs after the tool: it first records the execution with what the tool
-    returned (the SDK then persists the guardrail's message, or raises, and
-    ``on_tool_end`` would only see the message), also when the guardrail itself fails."""
+    several tools, of recorded agents or not) record a block when it does not allow a call
+    in a recorded leg. An output guardrail (``after_run``) runs after the tool: it first
+    records the execution with what the tool returned (the SDK then persists the
+    guardrail's message, or raises, and ``on_tool_end`` would only see the message), also
+    when the guardrail itself fails."""
     if not _claim(guardrail):
         return
     name, check = guardrail.get_name(), guardrail.guardrail_function
 
     @functools.wraps(check)
     async def recorded(data: Any) -> ToolGuardrailFunctionOutput:
+        recording = CURRENT_LEG.get() is not None  # else: it serves an unrecorded agent too
         try:
             verdict = check(data)
             if inspect.isawaitable(verdict):
                 verdict = await verdict
         except BaseException:
-            if after_run:
+            if after_run and recording:
                 _record_ran(data.context, data.agent, data.output)
             raise
-        if verdict.behavior["type"] != "allow":
+        if recording and verdict.behavior["type"] != "allow":
             if after_run:
                 _record_ran(data.context, data.agent, data.output)
                 frame = current_leg()
