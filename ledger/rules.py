@@ -7,8 +7,8 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
   ``function_call`` with the same ``call_id`` in that session, no later than the output;
 - ``output_provenance``: every persisted ``function_call_output`` traces to a recorded
   call and to an execution whose result digest equals the output digest, a rejection
-  whose message it carries, or a guardrail block; the output of a call a guardrail
-  blocked (an output guardrail blocks after the tool ran) must be a block's message;
+  whose message it carries, or a guardrail block; a result that a block recorded after
+  the execution withheld (an output guardrail) does not count;
 - ``execution_provenance``: every execution traces to a recorded call;
 - ``approval_binding``: every execution of a gated call follows an approve decision for
   that call (or a sticky approval of that agent's tool in that run) whose arguments
@@ -18,9 +18,10 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
 - ``argument_integrity``: the arguments executed have the digest of the arguments called;
 - ``exactly_once``: at most one execution per call identity;
 - ``approved_not_executed``: an approved call (top level or nested) with no execution
-  when a later leg of its run, resumed from the state the approval was made on or a
-  descendant of it, ends ``completed`` or ``interrupted`` (it may pause on that very call
-  again); a ``failed`` leg reports nothing, since its retry may still run the call;
+  (nor a guardrail block, which settles it) when a later leg of its run, resumed from the
+  state the approval was made on or a descendant of it, ends ``completed`` or
+  ``interrupted`` (it may pause on that very call again); a ``failed`` leg reports
+  nothing, since its retry may still run the call;
 - ``state_isolation``: a decision holds only in legs resumed from the run state it was
   made on or a descendant of that state: a gated call executed where the only approval
   was made on another branch (a sibling state) or in another run is reported, and so is
@@ -141,6 +142,7 @@ class CallState:
     (``decisions`` all of them, in log order, whichever run state they were made on),
     ``executions`` the seqs of its executions, ``results`` the digests they returned,
     ``rejection_messages`` / ``blocks`` message digests (``ANY_MESSAGE`` when unknown),
+    ``withheld`` the result digests a block that followed the execution withheld,
     ``persisted`` the seqs of its persisted outputs, ``authorized_by`` the decision in
     force when it first executed (its own, or a sticky one on its tool).
 
@@ -161,6 +163,7 @@ class CallState:
     authorized_by: Decision | None = None
     rejection_messages: tuple[bytes, ...] = ()
     blocks: tuple[bytes, ...] = ()
+    withheld: tuple[bytes, ...] = ()
     violations: tuple[str, ...] = ()
     held_executions: int | tuple[int, ...] | None = None
     held_results: bytes | tuple[bytes, ...] | None = None
@@ -458,6 +461,9 @@ class RuleEngine:
         call = self._find(entry.body)
         if call is not None:
             call.blocks = _added(call.blocks, entry.body["message_digest"] or ANY_MESSAGE)
+            if call.results:  # an output guardrail: it withheld what the call last returned
+                call.withheld = _added(call.withheld, call.results[-1])
+            self._approved[call.key[0]].pop(call.key, None)  # attempted, and blocked
         else:
             self.notices.append(
                 f"seq {entry.seq}: guardrail block for unrecorded call {entry.body['call_id']}"
@@ -493,7 +499,7 @@ class RuleEngine:
             return
         call.held_persisted = _held(call.held_persisted, entry.seq)
         output = b["output_digest"]
-        if output in call.results and not call.blocks:  # a block replaced what it returned
+        if output in call.results and output not in call.withheld:
             return
         sticky = self._effective(call)
         sticky_rejected = sticky is not None and sticky.decision == "reject"

@@ -113,3 +113,39 @@ def test_a_blocked_call_may_only_persist_the_block_message(tmp_path, persisted, 
     assert run_cli("ingest", str(path), "--ledger", str(tmp_path / "l")).code == 0
     _, report = _verify_json(tmp_path / "l")
     assert [v["rule"] for v in report["violations"]] == rules
+
+
+def _ingest_events(tmp_path, events):
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert run_cli("ingest", str(path), "--ledger", str(tmp_path / "l")).code == 0
+    return _verify_json(tmp_path / "l")[1]
+
+
+_GATED = {"kind": "call", "run_id": "r1", "agent": "bank", "tool": "wire", "call_id": "c1",
+          "arguments": "{}", "needs_approval": True}
+_APPROVE = {"kind": "decision", "run_id": "r1", "call_id": "c1", "decision": "approve",
+            "approver": "alice", "arguments": "{}"}
+_BLOCK = {"kind": "guardrail", "run_id": "r1", "call_id": "c1", "guardrail": "limits",
+          "message": "over the limit"}
+
+
+def test_an_approved_call_its_input_guardrail_blocked_awaits_nothing(tmp_path):
+    report = _ingest_events(tmp_path, [
+        _GATED, _APPROVE, _BLOCK, {"kind": "run_end", "run_id": "r1", "status": "completed"},
+    ])
+    assert report["violations"] == []  # before: approved_not_executed at the run_end
+
+
+def test_a_block_does_not_withhold_a_result_that_came_after_it(tmp_path):
+    """One fork's input guardrail blocked c1; another fork ran it and persisted its result."""
+    report = _ingest_events(tmp_path, [
+        _GATED, _APPROVE, _BLOCK,
+        {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
+         "result": "sent"},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call_output", "call_id": "c1", "output": "sent"}},
+    ])
+    assert report["violations"] == []  # before: output_provenance on "sent"
