@@ -411,6 +411,8 @@ class RuleEngine:
         call.held_executions = _held(call.held_executions, entry.seq)
         if b["result_digest"] is not None:
             call.held_results = _held(call.held_results, b["result_digest"], unique=True)
+            if b["result_digest"] in call.withheld:  # returned again, not withheld (yet)
+                call.withheld = tuple(d for d in call.withheld if d != b["result_digest"])
         approved = self._approved[key[0]]
         if key in approved and self._holds(approved[key], leg):
             del approved[key]

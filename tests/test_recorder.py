@@ -404,6 +404,75 @@ async def test_a_guardrail_shared_with_an_unrecorded_agent_still_works_there(
     assert [b["call_id"] for b in of_kind(entries(tmp_path), "guardrail")] == ["c-1"]
 
 
+async def test_a_clone_of_an_attached_agent_records_each_call_once(tmp_path: Path) -> None:
+    agent = Agent(name="echoer", tools=[echo], model=scripted(
+        [function_call("echo", {"text": "a"}, call_id="c-1")], [assistant_message("ok")]))
+    recorder = Recorder(tmp_path)
+    await recorder.run(agent, "first")  # attaches it
+    twin = agent.clone(model=scripted(
+        [function_call("echo", {"text": "b"}, call_id="c-2")], [assistant_message("ok")]))
+    await recorder.run(twin, "second")
+
+    found = entries(tmp_path)
+    assert [b["call_id"] for b in of_kind(found, "call")] == ["c-1", "c-2"]
+    assert [b["call_id"] for b in of_kind(found, "execution")] == ["c-1", "c-2"]
+    assert_verifies(tmp_path)  # before: every call and execution twice, exactly_once
+
+
+async def test_a_guardrail_added_after_the_first_run_is_recorded(tmp_path: Path) -> None:
+    @function_tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"secret for {key}"
+
+    agent = Agent(name="vault", tools=[lookup], model=scripted(
+        [function_call("lookup", {"key": "k1"}, call_id="c-1")], [assistant_message("ok")],
+        [function_call("lookup", {"key": "k2"}, call_id="c-2")], [assistant_message("ok")]))
+    recorder = Recorder(tmp_path)
+    await recorder.run(agent, "first")
+    lookup.tool_output_guardrails = [_output_guardrail("reject")]
+    await recorder.run(agent, "second")
+
+    found = entries(tmp_path)
+    assert [b["call_id"] for b in of_kind(found, "guardrail")] == ["c-2"]
+    assert [b["result_digest"] for b in of_kind(found, "execution")][1] == hashlib.sha256(
+        b"secret for k2").digest()
+    assert_verifies(tmp_path)
+
+
+async def test_a_shared_guardrail_records_nothing_for_an_unrecorded_agent_inside_a_leg(
+    tmp_path: Path,
+) -> None:
+    guardrail = _output_guardrail("reject")
+
+    @function_tool(tool_output_guardrails=[guardrail])
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"secret for {key}"
+
+    @function_tool(tool_output_guardrails=[guardrail])
+    def helper_lookup(key: str) -> str:
+        """Look a key up, for the helper."""
+        return f"secret for {key}"
+
+    helper = Agent(name="helper", tools=[helper_lookup], model=scripted(
+        [function_call("helper_lookup", {"key": "k9"}, call_id="c-9")], [assistant_message("hm")]))
+
+    @function_tool
+    async def ask_helper(question: str) -> str:
+        """Ask a helper agent (run without the recorder)."""
+        return str((await Runner.run(helper, question)).final_output)
+
+    top = Agent(name="top", tools=[ask_helper, lookup], model=scripted(
+        [function_call("ask_helper", {"question": "k9?"}, call_id="c-1")],
+        [assistant_message("done")]))
+    await Recorder(tmp_path).run(top, "go")
+
+    found = entries(tmp_path)
+    assert {e.body.get("call_id") for e in found} - {None} == {"c-1"}
+    assert_verifies(tmp_path)  # before: an execution and a block of c-9, never called
+
+
 async def test_the_first_handoff_of_a_response_is_the_one_that_ran(tmp_path: Path) -> None:
     billing = Agent(name="billing", model=scripted([assistant_message("billing here")]))
     triage = Agent(

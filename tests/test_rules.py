@@ -149,3 +149,18 @@ def test_a_block_does_not_withhold_a_result_that_came_after_it(tmp_path):
             "type": "function_call_output", "call_id": "c1", "output": "sent"}},
     ])
     assert report["violations"] == []  # before: output_provenance on "sent"
+
+
+def test_a_result_withheld_in_one_fork_counts_when_another_fork_returns_it_unblocked(tmp_path):
+    run_it = {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
+              "result": "sent"}
+    out_block = {**_BLOCK, "message": "[frozen]"}
+    report = _ingest_events(tmp_path, [
+        _GATED, _APPROVE, run_it, out_block,  # fork A: its output guardrail withheld "sent"
+        run_it,  # fork B ran it too and its guardrail allowed
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call_output", "call_id": "c1", "output": "sent"}},
+    ])
+    assert [v["rule"] for v in report["violations"]] == ["exactly_once"]

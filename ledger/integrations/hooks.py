@@ -91,10 +91,12 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
     """Attach recording to ``agent`` and the agents reachable from it, in place.
 
     Reachable: agents run through ``Agent.as_tool`` and ``Agent`` objects in ``handoffs``.
-    Sets a chaining agent hook on each agent and wraps its function tools (agent-as-tool
-    scope, callable ``needs_approval``, tool input and output guardrails). Idempotent; the
-    hooks and wrappers record through whichever :class:`Recorder` runs the agent (a tool object
-    shared by several agents names the first one in its ``tool_policy`` entries).
+    Sets a chaining agent hook on each agent (one an ``Agent.clone()`` carries over is
+    kept) and wraps its function tools (agent-as-tool scope, callable ``needs_approval``)
+    and their tool input and output guardrails (also ones added since the last call).
+    Idempotent; the hooks and wrappers record through whichever :class:`Recorder` runs
+    the agent (a tool object shared by several agents names the first one in its
+    ``tool_policy`` entries).
     Returns ``agent``.
     """
     todo, seen = [agent], set()
@@ -103,16 +105,26 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if _claim(current):
+        if not isinstance(current.hooks, _RecordingHooks):  # a clone() carries ours along
             current.hooks = _RecordingHooks(current.hooks)
         for tool in current.tools:
-            if isinstance(tool, FunctionTool) and _claim(tool):
-                _wrap_tool(current, tool)
+            if isinstance(tool, FunctionTool):
+                if _claim(tool):
+                    _wrap_tool(current, tool)
+                for before in tool.tool_input_guardrails or ():  # also ones added later
+                    _wrap_guardrail(before, after_run=False)
+                for after in tool.tool_output_guardrails or ():
+                    _wrap_guardrail(after, after_run=True)
             nested = getattr(tool, "_agent_instance", None)
             if isinstance(nested, Agent):
                 todo.append(nested)
         todo.extend(h for h in current.handoffs if isinstance(h, Agent))
     return agent
+
+
+def _records(agent: Agent[Any]) -> bool:
+    """True when ``agent`` records (its hooks are ours)."""
+    return isinstance(agent.hooks, _RecordingHooks)
 
 
 def _claim(obj: object) -> bool:
@@ -158,10 +170,6 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             return decided
 
         tool.needs_approval = _wrapper(recorded_policy)
-    for before in tool.tool_input_guardrails or ():
-        _wrap_guardrail(before, after_run=False)
-    for after in tool.tool_output_guardrails or ():
-        _wrap_guardrail(after, after_run=True)
 
 
 def _record_block(
@@ -192,7 +200,8 @@ def _wrap_guardrail(
 
     @functools.wraps(check)
     async def recorded(data: Any) -> ToolGuardrailFunctionOutput:
-        recording = CURRENT_LEG.get() is not None  # else: it serves an unrecorded agent too
+        # else it serves an agent run without the recorder (maybe inside a recorded leg)
+        recording = CURRENT_LEG.get() is not None and _records(data.agent)
         try:
             verdict = check(data)
             if inspect.isawaitable(verdict):
