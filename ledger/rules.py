@@ -7,8 +7,8 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
   ``function_call`` with the same ``call_id`` in that session, no later than the output;
 - ``output_provenance``: every persisted ``function_call_output`` traces to a recorded
   call and to an execution whose result digest equals the output digest, a rejection
-  whose message it carries, or a guardrail block; a result that a block recorded after
-  the execution withheld (an output guardrail) does not count;
+  whose message it carries, or a guardrail block; a result an output guardrail withheld
+  (its block recorded at its execution's time, right after it) does not count;
 - ``execution_provenance``: every execution traces to a recorded call;
 - ``approval_binding``: every execution of a gated call follows an approve decision for
   that call (or a sticky approval of that agent's tool in that run) whose arguments
@@ -142,7 +142,7 @@ class CallState:
     (``decisions`` all of them, in log order, whichever run state they were made on),
     ``executions`` the seqs of its executions, ``results`` the digests they returned,
     ``rejection_messages`` / ``blocks`` message digests (``ANY_MESSAGE`` when unknown),
-    ``withheld`` the result digests a block that followed the execution withheld,
+    ``withheld`` the result digests an output guardrail's block withheld,
     ``persisted`` the seqs of its persisted outputs, ``authorized_by`` the decision in
     force when it first executed (its own, or a sticky one on its tool).
 
@@ -218,6 +218,9 @@ class RuleEngine:
         # call_id -> every approval naming it, any run and scope (the rare paths that
         # look for an approval made elsewhere filter these by run or by scope)
         self._approvals: dict[str, list[Decision]] = {}
+        # the latest execution: (its call, time, result digest); a block of that call at
+        # that very time is its output guardrail's, which withheld that result
+        self._last_run: tuple[CallState, int, bytes | None] | None = None
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -409,6 +412,7 @@ class RuleEngine:
         if not call.executions:
             call.authorized_by = decision
         call.held_executions = _held(call.held_executions, entry.seq)
+        self._last_run = (call, entry.time, b["result_digest"])
         if b["result_digest"] is not None:
             call.held_results = _held(call.held_results, b["result_digest"], unique=True)
             if b["result_digest"] in call.withheld:  # returned again, not withheld (yet)
@@ -463,8 +467,9 @@ class RuleEngine:
         call = self._find(entry.body)
         if call is not None:
             call.blocks = _added(call.blocks, entry.body["message_digest"] or ANY_MESSAGE)
-            if call.results:  # an output guardrail: it withheld what the call last returned
-                call.withheld = _added(call.withheld, call.results[-1])
+            last = self._last_run  # an output guardrail's block: its execution's time
+            if last is not None and last[0] is call and last[1] == entry.time and last[2]:
+                call.withheld = _added(call.withheld, last[2])
             self._approved[call.key[0]].pop(call.key, None)  # attempted, and blocked
         else:
             self.notices.append(
@@ -501,12 +506,13 @@ class RuleEngine:
             return
         call.held_persisted = _held(call.held_persisted, entry.seq)
         output = b["output_digest"]
-        if output in call.results and output not in call.withheld:
+        withheld = output in call.withheld
+        if output in call.results and not withheld:
             return
         sticky = self._effective(call)
         sticky_rejected = sticky is not None and sticky.decision == "reject"
         for messages in (call.rejection_messages, call.blocks):
-            if sticky_rejected or ANY_MESSAGE in messages or output in messages:
+            if sticky_rejected or output in messages or (ANY_MESSAGE in messages and not withheld):
                 return
         self._report(
             OUTPUT_PROVENANCE, entry,

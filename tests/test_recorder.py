@@ -419,6 +419,52 @@ async def test_a_clone_of_an_attached_agent_records_each_call_once(tmp_path: Pat
     assert_verifies(tmp_path)  # before: every call and execution twice, exactly_once
 
 
+async def test_user_hooks_that_wrap_the_recording_hooks_do_not_record_twice(
+    tmp_path: Path,
+) -> None:
+    class Both(AgentHooks[Any]):
+        def __init__(self, *inner: Any) -> None:
+            self.inner = inner
+
+        async def on_llm_end(self, *args: Any) -> None:
+            for hooks in self.inner:
+                await hooks.on_llm_end(*args)
+
+        async def on_tool_end(self, *args: Any) -> None:
+            for hooks in self.inner:
+                await hooks.on_tool_end(*args)
+
+    agent = Agent(name="echoer", tools=[echo], model=scripted(
+        [function_call("echo", {"text": "a"}, call_id="c-1")], [assistant_message("ok")],
+        [function_call("echo", {"text": "b"}, call_id="c-2")], [assistant_message("ok")]))
+    recorder = Recorder(tmp_path)
+    await recorder.run(agent, "first")
+    agent.hooks = Both(agent.hooks, AgentHooks())  # the user's hooks around ours
+    await recorder.run(agent, "second")
+
+    found = entries(tmp_path)
+    assert [b["call_id"] for b in of_kind(found, "call")] == ["c-1", "c-2"]
+    assert [b["call_id"] for b in of_kind(found, "execution")] == ["c-1", "c-2"]
+    assert_verifies(tmp_path)
+
+
+async def test_a_tool_with_a_policy_shared_with_an_unrecorded_agent_works_there(
+    tmp_path: Path,
+) -> None:
+    @function_tool(needs_approval=lambda _ctx, _params, _call_id: False)
+    def lookup(key: str) -> str:
+        """Look a key up (a callable policy)."""
+        return f"value of {key}"
+
+    recorded = Agent(name="a", tools=[lookup], model=scripted(
+        [function_call("lookup", {"key": "k1"}, call_id="c-1")], [assistant_message("ok")]))
+    await Recorder(tmp_path).run(recorded, "go")  # wraps the tool's policy
+    plain = Agent(name="b", tools=[lookup], model=scripted(
+        [function_call("lookup", {"key": "k2"}, call_id="c-2")], [assistant_message("ok")]))
+    assert (await Runner.run(plain, "go")).final_output == "ok"  # before: UsageError
+    assert [b["call_id"] for b in of_kind(entries(tmp_path), "tool_policy")] == ["c-1"]
+
+
 async def test_a_guardrail_added_after_the_first_run_is_recorded(tmp_path: Path) -> None:
     @function_tool
     def lookup(key: str) -> str:

@@ -100,9 +100,9 @@ def test_a_blocked_call_may_only_persist_the_block_message(tmp_path, persisted, 
         {"kind": "call", "run_id": "r1", "agent": "vault", "tool": "lookup", "call_id": "c1",
          "arguments": "{}"},
         {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
-         "result": "secret k1"},
+         "result": "secret k1", "time": 7},
         {"kind": "guardrail", "run_id": "r1", "call_id": "c1", "guardrail": "no_secrets",
-         "message": "[withheld]"},
+         "message": "[withheld]", "time": 7},  # an output guardrail: at its execution's time
         {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
             "type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"}},
         {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
@@ -153,8 +153,8 @@ def test_a_block_does_not_withhold_a_result_that_came_after_it(tmp_path):
 
 def test_a_result_withheld_in_one_fork_counts_when_another_fork_returns_it_unblocked(tmp_path):
     run_it = {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
-              "result": "sent"}
-    out_block = {**_BLOCK, "message": "[frozen]"}
+              "result": "sent", "time": 7}
+    out_block = {**_BLOCK, "message": "[frozen]", "time": 7}
     report = _ingest_events(tmp_path, [
         _GATED, _APPROVE, run_it, out_block,  # fork A: its output guardrail withheld "sent"
         run_it,  # fork B ran it too and its guardrail allowed
@@ -164,3 +164,53 @@ def test_a_result_withheld_in_one_fork_counts_when_another_fork_returns_it_unblo
             "type": "function_call_output", "call_id": "c1", "output": "sent"}},
     ])
     assert [v["rule"] for v in report["violations"]] == ["exactly_once"]
+
+
+def test_another_forks_input_block_between_a_run_and_its_output_withholds_nothing(tmp_path):
+    report = _ingest_events(tmp_path, [
+        _GATED, _APPROVE,
+        {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
+         "result": "sent", "time": 7},  # fork A ran it
+        {**_BLOCK, "time": 8},  # fork B's input guardrail blocked it (another time)
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call_output", "call_id": "c1", "output": "sent"}},
+    ])
+    assert report["violations"] == []  # before: output_provenance on fork A's output
+
+
+@pytest.mark.parametrize("message", [None, ""])
+def test_a_block_of_unknown_or_empty_message_does_not_let_the_withheld_result_through(
+    tmp_path, message
+):
+    block = {"kind": "guardrail", "run_id": "r1", "call_id": "c1", "guardrail": "g", "time": 7}
+    if message is not None:
+        block["message"] = message
+    report = _ingest_events(tmp_path, [
+        {**_GATED, "needs_approval": False},
+        {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
+         "result": "secret", "time": 7}, block,
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call_output", "call_id": "c1", "output": "secret"}},
+    ])
+    assert [v["rule"] for v in report["violations"]] == ["output_provenance"]
+
+
+def test_the_result_withheld_is_the_one_the_block_followed(tmp_path):
+    def run(result, time):
+        return {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
+                "result": result, "time": time}
+
+    report = _ingest_events(tmp_path, [
+        {**_GATED, "needs_approval": False}, run("A", 1), run("B", 2), run("A", 3),
+        {**_BLOCK, "time": 3},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call_output", "call_id": "c1", "output": "A"}},
+    ])
+    assert [v["rule"] for v in report["violations"]] == [
+        "exactly_once", "exactly_once", "output_provenance"]

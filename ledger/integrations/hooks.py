@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import replace
 from operator import methodcaller
 from typing import Any
@@ -148,7 +149,9 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
     if getattr(tool, "_agent_instance", None) is not None and not getattr(invoke, _MARK, False):
 
         async def invoke_in_scope(context: ToolContext[Any], arguments: str) -> Any:
-            outer = current_leg()
+            outer = CURRENT_LEG.get()
+            if outer is None:  # the tool also serves an agent run without the recorder
+                return await invoke(context, arguments)
             edge = f"{context.tool_name}:{context.tool_call_id}"
             with entered(replace(outer, scope=(*outer.scope, edge))):
                 return await invoke(context, arguments)
@@ -161,7 +164,9 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             decided: Any = policy(context, params, call_id)
             if inspect.isawaitable(decided):
                 decided = await decided
-            frame = current_leg()
+            frame = CURRENT_LEG.get()
+            if frame is None:  # the tool also serves an agent run without the recorder
+                return decided
             frame.record(methodcaller(
                 "tool_policy", run_id=frame.run_id, agent=agent.name,
                 tool=tool.name, needs_approval=bool(decided), scope=frame.scope,
@@ -173,15 +178,18 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
 
 
 def _record_block(
-    call_id: str, agent: str, tool: str, guardrail: str, message: Any = None
+    call_id: str, agent: str, tool: str, guardrail: str, message: Any = None,
+    time_ns: int | None = None,
 ) -> None:
     """Record a ``guardrail`` entry: ``call_id`` was blocked, its output replaced by
-    ``message`` (None when the block replaced it with nothing known: the run raised)."""
+    ``message`` (None when the block replaced it with nothing known: the run raised), at
+    ``time_ns`` (ns since the epoch; None: now)."""
     frame = current_leg()
     frame.record(methodcaller(
         "guardrail", run_id=frame.run_id, call_id=call_id, guardrail=guardrail,
         message=message if isinstance(message, str) else None, scope=frame.scope,
-        agent=agent, tool=tool, time_ns=frame.journal.writer.clock(),
+        agent=agent, tool=tool, time_ns=frame.journal.writer.clock() if time_ns is None
+        else time_ns,
     ))
 
 
@@ -211,12 +219,13 @@ def _wrap_guardrail(
                 _record_ran(data.context, data.agent, data.output)
             raise
         if recording and verdict.behavior["type"] != "allow":
-            if after_run:
-                _record_ran(data.context, data.agent, data.output)
-                frame = current_leg()
+            frame = current_leg()
+            now = frame.journal.writer.clock()  # the rules tell an output guardrail's block
+            if after_run:  # from another's by this: it has its execution's time
+                _record_ran(data.context, data.agent, data.output, time_ns=now)
                 frame.blocked_outputs.add((frame.scope, data.context.tool_call_id))
             _record_block(data.context.tool_call_id, data.agent.name, data.context.tool_name,
-                          name, verdict.behavior.get("message"))
+                          name, verdict.behavior.get("message"), now)
         return verdict
 
     guardrail.guardrail_function = recorded
@@ -272,11 +281,12 @@ def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) 
 
 
 def _record_ran(
-    context: ToolContext[Any], agent: Agent[Any], result: Any, tool: FunctionTool | None = None
+    context: ToolContext[Any], agent: Agent[Any], result: Any, tool: FunctionTool | None = None,
+    time_ns: int | None = None,
 ) -> None:
     """Record the execution of the function tool ``context`` names, which returned
     ``result`` (``tool``: its object, else looked up on ``agent`` by name, for the output
-    schema)."""
+    schema), at ``time_ns`` (ns since the epoch; None: now)."""
     if tool is None:
         tool = next((t for t in agent.tools
                      if isinstance(t, FunctionTool) and t.name == context.tool_name), None)
@@ -285,7 +295,8 @@ def _record_ran(
         "execution", run_id=frame.run_id, call_id=context.tool_call_id,
         arguments=context.tool_arguments, scope=frame.scope, agent=agent.name,
         tool=context.tool_name, result=persisted_output(context, tool, result),
-        run_state=frame.run_state, time_ns=frame.journal.writer.clock(),
+        run_state=frame.run_state,
+        time_ns=frame.journal.writer.clock() if time_ns is None else time_ns,
     ))
 
 
@@ -328,15 +339,26 @@ def pending_handoffs(state: Any) -> dict[tuple[Scope, str], list[tuple[str, str,
     ]}
 
 
+_RECORDING: ContextVar[bool] = ContextVar("evidence_ledger_recording", default=False)
+"""Set while a :class:`_RecordingHooks` passes an event on to the hooks it wraps: hooks
+of ours reached again through the user's own (which may wrap ours) record nothing."""
+
+
 class _RecordingHooks(AgentHooks[Any]):
     """Agent hooks that record, then call the hooks the user had set (``inner``)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    async def _forward(self, name: str, *args: Any) -> None:
+    async def _forward(self, name: str, *args: Any, record: Any = None) -> None:
+        if record is not None and not _RECORDING.get():
+            record()
         if self.inner is not None:
-            await getattr(self.inner, name)(*args)
+            token = _RECORDING.set(True)
+            try:
+                await getattr(self.inner, name)(*args)
+            finally:
+                _RECORDING.reset(token)
 
     async def on_start(self, context: Any, agent: Any) -> None:
         await self._forward("on_start", context, agent)
@@ -346,19 +368,19 @@ class _RecordingHooks(AgentHooks[Any]):
 
     async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
         # the SDK calls the hooks of the agent handing off (``source``), naming the target
-        _record_handoff(source, agent)
-        await self._forward("on_handoff", context, agent, source)
+        await self._forward("on_handoff", context, agent, source,
+                            record=lambda: _record_handoff(source, agent))
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
         await self._forward("on_tool_start", context, agent, tool)
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
-        _record_execution(context, agent, tool, result)
-        await self._forward("on_tool_end", context, agent, tool, result)
+        await self._forward("on_tool_end", context, agent, tool, result,
+                            record=lambda: _record_execution(context, agent, tool, result))
 
     async def on_llm_start(self, context: Any, agent: Any, *args: Any) -> None:
         await self._forward("on_llm_start", context, agent, *args)
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
-        _record_calls(agent, response)
-        await self._forward("on_llm_end", context, agent, response)
+        await self._forward("on_llm_end", context, agent, response,
+                            record=lambda: _record_calls(agent, response))
