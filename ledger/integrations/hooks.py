@@ -129,7 +129,7 @@ def _records(agent: Agent[Any]) -> bool:
 
 
 def _claim(obj: object) -> bool:
-    """Mark ``obj`` (an agent, a tool, a guardrail or one of our wrappers) as attached;
+    """Mark ``obj`` (a tool, a guardrail or one of our wrappers) as attached;
     False if it already was."""
     if getattr(obj, _MARK, False):
         return False
