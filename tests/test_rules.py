@@ -130,6 +130,16 @@ _BLOCK = {"kind": "guardrail", "run_id": "r1", "call_id": "c1", "guardrail": "li
           "message": "over the limit"}
 
 
+def _persisted(output):
+    """Session items: c1's function_call, then its function_call_output ``output``."""
+    return [
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "function_call_output", "call_id": "c1", "output": output}},
+    ]
+
+
 def test_an_approved_call_its_input_guardrail_blocked_awaits_nothing(tmp_path):
     report = _ingest_events(tmp_path, [
         _GATED, _APPROVE, _BLOCK, {"kind": "run_end", "run_id": "r1", "status": "completed"},
@@ -143,10 +153,7 @@ def test_a_block_does_not_withhold_a_result_that_came_after_it(tmp_path):
         _GATED, _APPROVE, _BLOCK,
         {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
          "result": "sent"},
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call_output", "call_id": "c1", "output": "sent"}},
+        *_persisted("sent"),
     ])
     assert report["violations"] == []  # before: output_provenance on "sent"
 
@@ -158,10 +165,7 @@ def test_a_result_withheld_in_one_fork_counts_when_another_fork_returns_it_unblo
     report = _ingest_events(tmp_path, [
         _GATED, _APPROVE, run_it, out_block,  # fork A: its output guardrail withheld "sent"
         run_it,  # fork B ran it too and its guardrail allowed
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call_output", "call_id": "c1", "output": "sent"}},
+        *_persisted("sent"),
     ])
     assert [v["rule"] for v in report["violations"]] == ["exactly_once"]
 
@@ -172,10 +176,7 @@ def test_another_forks_input_block_between_a_run_and_its_output_withholds_nothin
         {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
          "result": "sent", "time": 7},  # fork A ran it
         {**_BLOCK, "time": 8},  # fork B's input guardrail blocked it (another time)
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call_output", "call_id": "c1", "output": "sent"}},
+        *_persisted("sent"),
     ])
     assert report["violations"] == []  # before: output_provenance on fork A's output
 
@@ -191,10 +192,7 @@ def test_a_block_of_unknown_or_empty_message_does_not_let_the_withheld_result_th
         {**_GATED, "needs_approval": False},
         {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
          "result": "secret", "time": 7}, block,
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call_output", "call_id": "c1", "output": "secret"}},
+        *_persisted("secret"),
     ])
     assert [v["rule"] for v in report["violations"]] == ["output_provenance"]
 
@@ -207,10 +205,7 @@ def test_the_result_withheld_is_the_one_the_block_followed(tmp_path):
     report = _ingest_events(tmp_path, [
         {**_GATED, "needs_approval": False}, run("A", 1), run("B", 2), run("A", 3),
         {**_BLOCK, "time": 3},
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}},
-        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
-            "type": "function_call_output", "call_id": "c1", "output": "A"}},
+        *_persisted("A"),
     ])
     assert [v["rule"] for v in report["violations"]] == [
         "exactly_once", "exactly_once", "output_provenance"]
