@@ -128,14 +128,15 @@ def log_(
     book = open_ledger(ledger)
     if kind is not None and kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
-    named = [
-        (entry, hash_) for entry, hash_ in book.entries()
-        if call_id is None or entry.body.get("call_id") == call_id
-    ]
-    if call_id is not None and not named:
+    rows, named = [], call_id is None
+    for entry, hash_ in book.entries():  # one pass, holding only the rows shown
+        if call_id is not None and entry.body.get("call_id") != call_id:
+            continue
+        named = True
+        if kind is None or entry.kind == kind:
+            rows.append(entry_json(entry, hash_))
+    if not named:
         raise UsageError(f"no entry names call_id {call_id!r}")
-    rows = [entry_json(entry, hash_) for entry, hash_ in named
-            if kind is None or entry.kind == kind]
     rows = rows[-limit:] if limit else rows
     if json:
         output.print_json(rows)
