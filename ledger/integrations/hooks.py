@@ -1,7 +1,7 @@
 """Attaching recording to agents: agent hooks that record calls and executions (of
-function tools, and of handoffs), and
-function-tool wrappers that record callable approval policies and guardrail blocks and
-set the scope of nested (agent-as-tool) calls.
+function tools, and of handoffs); function-tool wrappers that record callable approval
+policies and set the scope of nested (agent-as-tool) calls; and tool guardrails, wrapped
+in place, that record their blocks.
 
 Agent hooks the user set are kept and still called (after recording). Hooks given to
 ``Runner.run`` do not reach agents run through ``Agent.as_tool``, hence agent hooks.
