@@ -16,6 +16,8 @@ import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import msgpack
+
 from . import encoding
 from .errors import EncodingError
 
@@ -298,4 +300,16 @@ def decode_entry(data: bytes) -> Entry:
     _expect(tuple(body) == _BODY_ORDER[kind], f"{kind} body fields are not in canonical order")
     for name in _MAP_FIELDS[kind]:
         _expect(_maps_in_order(body[name]), f"a map in {kind} body field {name!r} is out of order")
+    return Entry(seq, prev, kind, time, body, tuple(refs))
+
+
+def decode_checked(data: bytes) -> Entry:
+    """Decode entry bytes that :func:`decode_entry` has already accepted, without checking
+    them again (a third of its time: for a second pass over checked records).
+
+    Raises:
+        Whatever msgpack or tuple unpacking raises on bytes that were never checked;
+        a caller holding such bytes must call :func:`decode_entry`.
+    """
+    _, seq, body, kind, prev, refs, time = msgpack.unpackb(data).values()
     return Entry(seq, prev, kind, time, body, tuple(refs))

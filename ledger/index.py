@@ -6,21 +6,22 @@ rebuilds the same rows. It lives at ``<ledger>/index.duckdb``, with
 ``index.duckdb.lock`` (serialises processes) beside it, and is brought up to date by tree
 size before each query: only records past the indexed tree size are read.
 
-Pure core, :class:`Deriver`: log records (bytes) in, Arrow tables out. It decodes each
-record with :func:`ledger.entries.decode_entry`, hashes it into the RFC 9162 tree with
-:mod:`ledger.merkle`, and feeds it to the verifier's own :class:`ledger.rules.RuleEngine`;
-``call_chains`` rows are :func:`ledger.chains.call_chains` of the engine's call states
-and ``violations`` rows are its findings, so the index reads the same facts as
-``verify``. The other views are made in bulk: the deriver hands over each chunk of
-entries as Arrow tables of their bodies, with the ``seq`` of the call the rules
-attribute each entry to, and one ``INSERT ... SELECT`` per view
-(:class:`ledger.index_db.Chunk`) turns them into rows. It refuses
-(:class:`EvidenceError`) a record that fails its CRC-32, canonical decoding, ``seq`` or
-``prev`` link; ``verify`` names every break, checks
-payloads and refs, and stays the verdict.
+Pure core, in two stages. Stage one, :func:`ledger.index_check.check_batch`, takes each
+record on its own: its CRC-32, :func:`ledger.entries.decode_entry`, its entry and leaf
+hashes, and its row of the chunk tables. Stage two, :class:`Deriver`, runs the checked
+records in order: ``seq`` and ``prev`` links, the RFC 9162 tree (:mod:`ledger.merkle`),
+and the verifier's own :class:`ledger.rules.RuleEngine`; ``call_chains`` rows are
+:func:`ledger.chains.call_chains` of the engine's call states and ``violations`` rows are
+its findings, so the index reads the same facts as ``verify``. The other views are made
+in bulk: each chunk's tables, with the ``seq`` of the call the rules attribute each entry
+to, go through one ``INSERT ... SELECT`` per view (:class:`ledger.index_db.Chunk`). A
+record that fails its CRC-32, canonical decoding, ``seq`` or ``prev`` link stops the
+index (:class:`EvidenceError`); ``verify`` names every break, checks payloads and refs,
+and stays the verdict.
 
-I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries inserted and
-committed on a thread of its own while the next is derived; the metadata row and the
+I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries checked ahead in
+a worker process (:class:`ledger.index_worker.BatchChecker`), derived here, and inserted
+and committed on a thread of its own while the next is derived; the metadata row and the
 saved state, written last, let the next update resume where this one stopped, and an
 update killed midway is rebuilt, not resumed), :func:`derive` (the same rows in an
 in-memory database), :func:`is_current`. Queries: :mod:`ledger.index_query`. Tables
@@ -30,6 +31,7 @@ and columns: :data:`ledger.index_db.VIEWS` and docs/QUERIES.md.
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import functools
 import gc
@@ -41,7 +43,7 @@ import queue
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,14 +52,13 @@ import duckdb
 import pyarrow as pa
 
 from . import chains, encoding, entries, findings, merkle, rules  # noqa: F401 (fingerprint)
-from .entries import ZERO_HASH, Entry, decode_entry, entry_hash
-from .errors import EncodingError, EvidenceError, StorageError, UsageError
+from .entries import ZERO_HASH, Entry, decode_checked, entry_hash
+from .errors import EvidenceError, StorageError, UsageError
 from .framing import Damage, Record, TornTail
 from .fsutil import file_lock, open_regular, problem
+from .index_check import CheckedBatch
 from .index_db import (
-    BODIES,
-    MAX_TIME_NS,
-    RAW_SCHEMAS,
+    CALL_SEQ,
     SCHEMA,
     VIEWS,
     Chunk,
@@ -66,8 +67,8 @@ from .index_db import (
     one_line,
     one_row,
     rows_table,
-    timestamps,
 )
+from .index_worker import BatchChecker
 from .log import Ledger
 from .verify import Report
 
@@ -89,15 +90,18 @@ INDEX_NAME = "index.duckdb"
 INDEX_VERSION = 1
 CHUNK = 50_000
 """Records decoded between two bulk inserts."""
+AHEAD = 2
+"""Batches of :data:`CHUNK` records given to the checker before the one being derived."""
 Progress = Callable[[int, int, int], None]
 """``progress(entries_done, bytes_done, bytes_total)``, called after each chunk."""
 
 CallKey = tuple[str, tuple[str, ...], str]
 
 class Deriver:
-    """Log records in, index rows out (pure: no I/O).
+    """Checked batches of log records in, index rows out (pure: no I/O).
 
-    Feed every :class:`~ledger.store.Record` of the log in order with :meth:`feed`; take
+    Stage two of deriving the index: feed every batch of the log's records in order with
+    :meth:`feed`, each with what :func:`ledger.index_check.check_batch` found in it; take
     the entries fed since the last take with :meth:`take` (a :class:`Chunk`) and the rows
     of the calls whose chain changed with :meth:`take_chains`. The object pickles (its
     state between two updates) once both have been taken.
@@ -114,61 +118,57 @@ class Deriver:
         """Byte offset of the last record fed."""
         self.last_hash = ZERO_HASH
         """Entry hash of the last record fed (zeros when none)."""
-        self._fed: dict[str, tuple[list[tuple[Any, ...]], list[dict[str, Any]]]] = {}
+        self._checked: list[CheckedBatch] = []
+        self._call_seqs: dict[str, list[int | None]] = {}
         self._violations: list[tuple[Any, ...]] = []
         self._touched: set[CallKey] = set()
         self._findings = 0
         self._persisted_at: dict[CallKey, int] = {}
         self._executed_at: dict[CallKey, int] = {}
 
-    def feed(self, record: Record) -> Entry:
-        """Decode one record at index :attr:`size`, derive its rows, return its entry.
+    def feed(self, records: Sequence[Record], checked: CheckedBatch) -> None:
+        """Derive the rows of a batch of records, the first at index :attr:`size`.
+
+        Args:
+            records: the batch, in log order.
+            checked: :func:`ledger.index_check.check_batch` of exactly these records.
 
         Raises:
-            EvidenceError: if the record fails its CRC-32, does not decode canonically,
-                or its ``seq`` or ``prev`` do not continue the log (run ``verify``).
+            EvidenceError: at the first record that does not continue the log (its
+                ``seq`` or ``prev``), or that ``checked`` found a problem with (its CRC-32,
+                canonical decoding, or a time past the index's range); run ``verify``.
         """
-        seq = self.size
-        if record.index != seq:
-            raise EvidenceError(
-                f"log damaged at seq {seq}: record {record.index} read, {seq} expected"
-            )
-        if not record.crc_ok:
-            raise EvidenceError(f"log damaged at seq {seq}: record fails its CRC-32 (run verify)")
-        try:
-            entry = decode_entry(record.data)
-        except EncodingError as exc:
-            raise EvidenceError(f"log damaged at seq {seq}: {exc} (run verify)") from exc
-        if entry.seq != seq or entry.prev != self.last_hash:
-            raise EvidenceError(
-                f"log damaged at seq {seq}: seq or prev does not continue the log (run verify)"
-            )
-        if entry.time > MAX_TIME_NS:
-            raise EvidenceError(
-                f"cannot index seq {seq}: its time {entry.time} ns is past the index's range "
-                f"({MAX_TIME_NS} ns, in the year 2262); verify reads it"
-            )
-        hash_ = entry_hash(record.data)
-        self.tree.append(merkle.leaf_hash(record.data))
-        self.engine.feed(entry)
-        self._derive(entry, hash_)
-        self.size, self.offset, self.last_offset = seq + 1, record.end, record.offset
-        self.last_hash = hash_
-        return entry
+        hashes, leaves = checked.hashes, checked.leaves
+        if checked.first != self.size or checked.count > len(records):
+            raise ValueError("the checked batch is not the one fed")
+        self._checked.append(checked)
+        for i, record in enumerate(itertools.islice(records, checked.count)):
+            seq = self.size
+            entry = decode_checked(record.data)
+            if record.index != seq or entry.seq != seq or entry.prev != self.last_hash:
+                raise EvidenceError(
+                    f"log damaged at seq {seq}: seq or prev does not continue the log "
+                    "(run verify)"
+                )
+            self.tree.append(leaves[32 * i:32 * i + 32])
+            self.engine.feed(entry)
+            self._attribute(entry)
+            self.size, self.offset, self.last_offset = seq + 1, record.end, record.offset
+            self.last_hash = hashes[32 * i:32 * i + 32]
+        if checked.problem is not None:
+            raise EvidenceError(checked.problem)
 
-    def _derive(self, entry: Entry, hash_: bytes) -> None:
+    def _attribute(self, entry: Entry) -> None:
+        """Note the call the rules attribute ``entry`` to, and the findings it raised."""
         b, seq, kind = entry.body, entry.seq, entry.kind
         call = None
         call_id = b.get("call_id")
         if type(call_id) is str and "scope" in b:  # a call identity (fields typed by kind)
-            key = (b["run_id"], tuple(b["scope"]), call_id)
-            call = self.engine.find_call(*key)
-        fed = self._fed.get(kind)
-        if fed is None:
-            fed = self._fed[kind] = ([], [])
-        refs = ["sha256:" + r.hex() for r in entry.refs] if entry.refs else []
-        fed[0].append((seq, hash_, entry.prev, entry.time, call.seq if call else None, refs))
-        fed[1].append(b)
+            call = self.engine.find_call(b["run_id"], tuple(b["scope"]), call_id)
+        seqs = self._call_seqs.get(kind)
+        if seqs is None:
+            seqs = self._call_seqs[kind] = []
+        seqs.append(call.seq if call else None)
         if call is not None:
             self._touched.add(call.key)
             if kind == "session_item" and call.persisted and call.persisted[0] == seq:
@@ -197,17 +197,12 @@ class Deriver:
     def take(self) -> Chunk:
         """The entries fed since the last call, as a :class:`Chunk`."""
         raw = {}
-        for kind, (rows, bodies) in self._fed.items():
-            seqs, hashes, prevs, times, call_seqs, refs = zip(*rows, strict=True)
-            ns = pa.array(times, pa.int64())
-            raw[kind] = pa.Table.from_arrays([
-                pa.array(seqs, pa.int64()), pa.array(hashes, pa.binary()),
-                pa.array(prevs, pa.binary()), ns, timestamps(ns),
-                pa.array(call_seqs, pa.int64()), pa.array(refs, pa.list_(pa.string())),
-                pa.array(bodies, BODIES[kind]),
-            ], schema=RAW_SCHEMAS[kind])
+        for kind, seqs in self._call_seqs.items():
+            tables = [c.tables[kind] for c in self._checked if kind in c.tables]
+            table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            raw[kind] = table.append_column(CALL_SEQ, pa.array(seqs, pa.int64()))
         chunk = Chunk(raw, rows_table(VIEWS["violations"], self._violations))
-        self._fed, self._violations = {}, []
+        self._checked, self._call_seqs, self._violations = [], {}, []
         return chunk
 
     def take_chains(self) -> pa.Table:
@@ -261,7 +256,7 @@ def derive(
     with _gc_paused(), contextlib.closing(duckdb.connect()) as con:
         for statement in [*SCHEMA, "BEGIN TRANSACTION"]:
             con.execute(statement)
-        _load(con, deriver, iter(records), size, lambda: progress and progress(deriver.size))
+        _load(con, deriver, records, size, lambda: progress and progress(deriver.size))
         if size is not None and deriver.size < size:
             raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
         insert_rows(con, "call_chains", deriver.take_chains())
@@ -273,32 +268,56 @@ def derive(
     return deriver.report(), tables
 
 
+def _batches(
+    items: Iterable[Record | Damage | TornTail], size: int | None,
+) -> Iterator[tuple[list[Record], str | None]]:
+    """The records of ``items`` (up to ``size`` entries) in batches of :data:`CHUNK`, each
+    with the reason the log cannot be read past it (damage), else None."""
+    batch: list[Record] = []
+    for item in items:
+        if isinstance(item, TornTail) or (size is not None and item.index >= size):
+            break
+        if isinstance(item, Damage):
+            yield batch, f"log damaged at seq {item.index}: {item.reason} (run verify)"
+            return
+        batch.append(item)
+        if len(batch) == CHUNK:
+            yield batch, None
+            batch = []
+    if batch:
+        yield batch, None
+
+
 def _load(
     con: duckdb.DuckDBPyConnection, deriver: Deriver,
-    items: Iterator[Record | Damage | TornTail], size: int | None,
+    items: Iterable[Record | Damage | TornTail], size: int | None,
     chunk_done: Callable[[], object],
 ) -> None:
-    """Feed ``items`` (up to ``size`` entries) to ``deriver`` and insert its rows into
-    ``con`` one :data:`CHUNK` at a time, on a thread of its own (:class:`_Inserter`).
+    """Feed ``items`` (up to ``size`` entries) to ``deriver`` one :data:`CHUNK` at a time
+    and insert the rows of each into ``con`` on a thread of its own (:class:`_Inserter`).
+    Each chunk after the first is checked in a worker process meanwhile
+    (:class:`ledger.index_worker.BatchChecker`).
 
     Raises:
         EvidenceError: at a damaged record (see :meth:`Deriver.feed`).
     """
-    with _Inserter(con) as inserter:
-        for item in items:
-            if size is not None and deriver.size >= size:
+    with _Inserter(con) as inserter, BatchChecker() as checker:
+        batches = _batches(items, size)
+        ahead: collections.deque[tuple[list[Record], str | None]] = collections.deque()
+        while True:
+            while len(ahead) <= AHEAD and (batch := next(batches, None)) is not None:
+                if batch[0]:
+                    checker.submit(batch[0])  # checked while earlier batches are derived
+                ahead.append(batch)
+            if not ahead:
                 break
-            if isinstance(item, Damage):
-                raise EvidenceError(
-                    f"log damaged at seq {item.index}: {item.reason} (run verify)"
-                )
-            if isinstance(item, TornTail):
-                break
-            deriver.feed(item)
-            if deriver.size % CHUNK == 0:
+            records, damage = ahead.popleft()
+            if records:
+                deriver.feed(records, checker.result())
                 inserter.put(deriver.take())
                 chunk_done()
-        inserter.put(deriver.take())
+            if damage is not None:
+                raise EvidenceError(damage)
 
 
 # -- the index file --------------------------------------------------------------------
@@ -373,7 +392,8 @@ def _well_formed(state: object) -> bool:
     fields = getattr(state, "__dict__", {})
     types = {
         "engine": rules.RuleEngine, "tree": merkle.CompactRange, "size": int, "offset": int,
-        "last_offset": int, "last_hash": bytes, "_fed": dict, "_violations": list,
+        "last_offset": int, "last_hash": bytes, "_checked": list, "_call_seqs": dict,
+        "_violations": list,
         "_touched": set, "_findings": int, "_persisted_at": dict, "_executed_at": dict,
     }
     return (
@@ -399,7 +419,9 @@ def _fingerprint() -> str:
     """Digest of the code the index rows and the saved state depend on: other code, other
     index (rebuilt)."""
     digest = hashlib.sha256(f"index v{INDEX_VERSION}".encode())
-    code = _PURE_MODULES | {"ledger.encoding", "ledger.chains", "ledger.index_db", __name__}
+    code = _PURE_MODULES | {
+        "ledger.encoding", "ledger.chains", "ledger.index_check", "ledger.index_db", __name__,
+    }
     for name in sorted(code):
         module = sys.modules.get(name)
         digest.update(name.encode() + b"\0")

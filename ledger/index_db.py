@@ -21,8 +21,9 @@ from . import entries
 
 __all__ = [
     "BODIES",
+    "CALL_SEQ",
+    "CHECKED_SCHEMAS",
     "MAX_TIME_NS",
-    "RAW_SCHEMAS",
     "SCHEMA",
     "VIEWS",
     "Chunk",
@@ -170,18 +171,21 @@ BODIES: dict[str, pa.StructType] = {
 """Per entry kind, the Arrow struct of its body as the views read it."""
 
 
-def _raw_schema(kind: str) -> pa.Schema:
+def _checked_schema(kind: str) -> pa.Schema:
     return pa.schema([
         ("seq", pa.int64()), ("entry_hash", pa.binary()), ("prev", pa.binary()),
-        ("time_ns", pa.int64()), ("time", pa.timestamp("us")), ("call_seq", pa.int64()),
+        ("time_ns", pa.int64()), ("time", pa.timestamp("us")),
         ("refs", pa.list_(pa.string())), ("body", BODIES[kind]),
     ])
 
 
-RAW_SCHEMAS = {kind: _raw_schema(kind) for kind in BODIES}
-"""Per entry kind, the chunk table :meth:`ledger.index.Deriver.take` hands over (registered as
-``raw_<kind>``): the entry's seq, hash, prev, time, the ``seq`` of the call the rules
-attribute it to, its refs, and its body."""
+CHECKED_SCHEMAS = {kind: _checked_schema(kind) for kind in BODIES}
+"""Per entry kind, the rows :func:`ledger.index_check.check_batch` makes of its entries:
+seq, entry hash, prev, time, refs and body."""
+
+CALL_SEQ = pa.field("call_seq", pa.int64())
+"""The column :class:`ledger.index.Deriver` adds to those rows (the chunk tables, registered
+as ``raw_<kind>``): the ``seq`` of the call the rules attribute each entry to."""
 
 
 def _hex(expr: str) -> str:
@@ -253,7 +257,7 @@ class Chunk:
     """Entries fed since the last :meth:`Deriver.take`, ready for a bulk insert.
 
     Attributes:
-        raw: entry kind -> its entries (schema :data:`RAW_SCHEMAS`).
+        raw: entry kind -> its entries (:data:`CHECKED_SCHEMAS` and :data:`CALL_SEQ`).
         violations: new ``violations`` rows.
     """
 

@@ -36,6 +36,7 @@ from ledger.findings import (
 )
 from ledger.framing import Record, frame
 from ledger.index import Deriver, derive, update_index
+from ledger.index_check import check_batch
 from ledger.index_db import VIEWS
 from ledger.index_query import check_read_only, connect_read_only, run_query
 from ledger.ingest import ingest_file
@@ -516,9 +517,10 @@ def test_deriver_refuses_a_broken_prev_link(tmp_path):
     ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
     records = [r for r in ledger.scan() if isinstance(r, Record)]
     deriver = Deriver()
-    deriver.feed(records[0])
+    deriver.feed(records[:1], check_batch(records[:1]))
+    skipped = [Record(1, records[2].offset, records[2].data, True)]
     with pytest.raises(EvidenceError, match="seq 1"):
-        deriver.feed(Record(1, records[2].offset, records[2].data, True))
+        deriver.feed(skipped, check_batch(skipped))
 
 
 def test_no_ledger_is_a_usage_error(tmp_path):
@@ -598,9 +600,8 @@ def test_an_update_stopped_midway_is_not_resumed_but_rebuilt(tmp_path, monkeypat
 
 def test_saved_state_loads_back_to_equal_call_states(audit):
     deriver = Deriver()
-    for record in audit.scan():
-        if isinstance(record, Record):
-            deriver.feed(record)
+    records = [record for record in audit.scan() if isinstance(record, Record)]
+    deriver.feed(records, check_batch(records))
     deriver.take()
     deriver.take_chains()
     loaded = index_mod._StateUnpickler(io.BytesIO(pickle.dumps(deriver, protocol=5))).load()

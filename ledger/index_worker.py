@@ -1,0 +1,155 @@
+"""Checking batches of log records for the index beside the deriver, in a worker process.
+
+:class:`BatchChecker` runs stage one of deriving the index
+(:func:`ledger.index_check.check_batch`) for each batch it is given, in order. The first
+batch is checked in line; the later ones go to a worker process started with
+``python -m ledger.index_worker``, which checks one batch while this process runs stage
+two (:class:`ledger.index.Deriver`) on the one before: the two stages then use both
+cores. The worker reads pickled batches (lists of :class:`~ledger.framing.Record`) on
+stdin and writes one pickled :class:`~ledger.index_check.CheckedBatch` per batch on
+stdout, until stdin ends; it serves only the process that started it.
+
+The result is the same wherever a batch is checked, so nothing depends on the worker: if
+it cannot start, dies or answers out of turn, the batches it held are checked in line.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gc
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from .framing import Record
+from .index_check import CheckedBatch, check_batch
+
+__all__ = ["BatchChecker", "main", "worker_command"]
+
+class BatchChecker:
+    """Stage one for batches of records, in the order they are submitted.
+
+    Call :meth:`submit` for a batch, then :meth:`result` for the oldest batch not yet
+    returned; submit the next batch before asking for the result of this one, so that
+    the worker checks it meanwhile. Use as a context manager: on exit the worker is
+    stopped (killed: it holds nothing worth keeping).
+
+    Args:
+        parallel: False checks every batch in line (no worker process).
+    """
+
+    def __init__(self, parallel: bool = True) -> None:
+        self._parallel = parallel
+        self._waiting: collections.deque[tuple[Sequence[Record], bool]] = collections.deque()
+        self._submitted = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._outbox: queue.Queue[bytes | None] = queue.Queue()
+        self._sender: threading.Thread | None = None
+
+    def __enter__(self) -> BatchChecker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def submit(self, records: Sequence[Record]) -> None:
+        """Queue one non-empty batch of consecutive records for checking."""
+        if self._submitted and self._parallel and self._proc is None:
+            self._start()
+        sent = self._proc is not None
+        if sent:  # pickled here: the sender thread only writes (the GIL released throughout)
+            self._outbox.put(pickle.dumps(list(records), protocol=5))
+        self._waiting.append((records, sent))
+        self._submitted += 1
+
+    def result(self) -> CheckedBatch:
+        """The :class:`CheckedBatch` of the oldest batch submitted and not yet returned."""
+        records, sent = self._waiting.popleft()
+        if sent and self._proc is not None:
+            checked = None
+            with contextlib.suppress(Exception):  # the worker died: check in line instead
+                assert self._proc.stdout is not None
+                checked = pickle.load(self._proc.stdout)
+            if type(checked) is CheckedBatch and checked.first == records[0].index:
+                return checked
+            self._stop()
+        return check_batch(records)
+
+    def close(self) -> None:
+        """Stop the worker, if one runs."""
+        self._stop()
+
+    def _start(self) -> None:
+        try:
+            self._proc = subprocess.Popen(
+                worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, start_new_session=True, env=_worker_env(),
+            )
+        except (OSError, ValueError):  # no interpreter to start: check in line
+            self._parallel = False
+            return
+        self._sender = threading.Thread(
+            target=_send, args=(self._outbox, self._proc.stdin), name="index-check-send",
+            daemon=True,
+        )
+        self._sender.start()
+
+    def _stop(self) -> None:
+        proc, self._proc, self._parallel = self._proc, None, False
+        if proc is None:
+            return
+        proc.kill()  # also unblocks the sender, should it be writing
+        self._outbox.put(None)
+        if self._sender is not None:
+            self._sender.join()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        proc.wait()
+
+
+def worker_command() -> list[str]:
+    """The command that starts a worker: this interpreter, running this module."""
+    return [sys.executable, "-m", __name__]
+
+
+def _worker_env() -> dict[str, str]:
+    """This environment, with this ``ledger`` package first on the worker's path."""
+    paths = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def _send(outbox: queue.Queue[bytes | None], pipe: IO[bytes] | None) -> None:
+    """Write each pickled batch put in ``outbox`` to the worker, until None (or a broken
+    pipe). One write per batch: a thread that pickled into the pipe would wait for the
+    GIL at every frame, while the deriver holds it."""
+    assert pipe is not None
+    with contextlib.suppress(OSError, ValueError):
+        while (batch := outbox.get()) is not None:
+            pipe.write(batch)
+            pipe.flush()
+
+
+def main() -> None:
+    """The worker: check each batch read from stdin and write its result to stdout."""
+    requests, results = sys.stdin.buffer, sys.stdout.buffer
+    gc.disable()  # a batch is many small acyclic containers: nothing for the GC to free
+    while True:
+        try:
+            records = pickle.load(requests)
+        except EOFError:
+            return
+        pickle.dump(check_batch(records), results, protocol=5)
+        results.flush()
+
+
+if __name__ == "__main__":
+    main()
