@@ -57,7 +57,9 @@ class ExportFormat(StrEnum):
 
 
 class _Bar:
-    """Progress on stderr, started only on a terminal once a job passes the threshold."""
+    """Progress on stderr, started only on a terminal, at the first report of a job that
+    will pass the threshold (its entries so far, scaled by the share of the work done).
+    Once all is read, the label says the job is finishing (rows, checkpoint, state)."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -73,15 +75,17 @@ class _Bar:
 
     def __call__(self, entries: int, done: int, total: int) -> None:
         if self.progress is None:
-            if entries < PROGRESS_THRESHOLD or not output.stderr.is_terminal:
+            expected = entries * total // done if done else entries
+            if expected < PROGRESS_THRESHOLD or not output.stderr.is_terminal:
                 return
             self.progress = Progress(
-                TextColumn(self.label), BarColumn(), TaskProgressColumn(),
+                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
                 TimeRemainingColumn(), console=output.stderr, transient=True,
             )
             self.progress.start()
             self.task = self.progress.add_task(self.label, total=total)
-        self.progress.update(self.task, completed=done, total=total)
+        label = f"{self.label} (finishing)" if done >= total else self.label
+        self.progress.update(self.task, completed=done, total=total, description=label)
 
 
 def _json_value(value: Any) -> Any:

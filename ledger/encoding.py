@@ -171,7 +171,9 @@ def decode(data: bytes, *, schema_checked: bool = False) -> Any:
     except EncodingError:
         raise
     except Exception as exc:  # msgpack raises several unrelated types on bad input
-        raise EncodingError(f"not a MessagePack value: {exc}") from exc
+        raise EncodingError(
+            f"not a MessagePack value: {str(exc) or type(exc).__name__}"
+        ) from exc
     if not schema_checked and (b"\xca" in data or b"\xcb" in data) and _has_float(value):
         raise EncodingError("floats are not allowed in entries")
     try:

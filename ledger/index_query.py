@@ -158,6 +158,7 @@ def _query(
     progress: Progress | None,
 ) -> QueryResult:
     target = index_path(ledger, path)
+    refuse_non_regular(target)
     if not rebuild and target.is_file():
         with index_lock(target, exclusive=False):
             try:

@@ -7,10 +7,12 @@ batch is checked in line; the later ones go to a worker process started with
 two (:class:`ledger.index.Deriver`) on the one before: the two stages then use both
 cores. The worker reads pickled batches (lists of :class:`~ledger.framing.Record`) on
 stdin and writes one pickled :class:`~ledger.index_check.CheckedBatch` per batch on
-stdout, until stdin ends; it serves only the process that started it.
+stdout (its length first, 8 bytes big-endian), until stdin ends; it serves only the
+process that started it.
 
 The result is the same wherever a batch is checked, so nothing depends on the worker: if
-it cannot start, dies or answers out of turn, the batches it held are checked in line.
+it cannot start, dies, stops (no output for :data:`STALL_SECONDS`) or answers out of
+turn, the batches it held are checked in line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import gc
 import os
 import pickle
 import queue
+import select
+import struct
 import subprocess
 import sys
 import threading
@@ -31,7 +35,12 @@ from typing import IO
 from .framing import Record
 from .index_check import CheckedBatch, check_batch
 
-__all__ = ["BatchChecker", "main", "worker_command"]
+__all__ = ["STALL_SECONDS", "BatchChecker", "main", "worker_command"]
+
+STALL_SECONDS = 120.0
+"""A worker that writes nothing for this long is taken for stopped, and its batches are
+checked in line (a batch of 50,000 records takes it about a second)."""
+_LENGTH = struct.Struct(">Q")
 
 class BatchChecker:
     """Stage one for batches of records, in the order they are submitted.
@@ -73,7 +82,7 @@ class BatchChecker:
             checked = None
             with contextlib.suppress(Exception):  # the worker died: check in line instead
                 assert self._proc.stdout is not None
-                checked = pickle.load(self._proc.stdout)
+                checked = pickle.loads(_receive(self._proc.stdout.fileno()))
             if type(checked) is CheckedBatch and checked.first == records[0].index:
                 return checked
             self._stop()
@@ -114,8 +123,10 @@ class BatchChecker:
 
 
 def worker_command() -> list[str]:
-    """The command that starts a worker: this interpreter, running this module."""
-    return [sys.executable, "-m", __name__]
+    """The command that starts a worker: this interpreter, running this module (``-P``:
+    the working directory is not put on the worker's path, so a ``ledger`` package there
+    is never imported)."""
+    return [sys.executable, "-P", "-m", __name__]
 
 
 def _worker_env() -> dict[str, str]:
@@ -135,6 +146,29 @@ def _send(outbox: queue.Queue[bytes | None], pipe: IO[bytes] | None) -> None:
             pipe.flush()
 
 
+def _receive(fd: int) -> bytes:
+    """One result from the worker: its length (:data:`_LENGTH`), then its pickle.
+
+    Raises:
+        EOFError: if the worker's output ends first.
+        TimeoutError: if no byte comes for :data:`STALL_SECONDS` (a stopped worker).
+    """
+    (length,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size))
+    return _read_exactly(fd, length)
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        if not select.select([fd], [], [], STALL_SECONDS)[0]:
+            raise TimeoutError(f"no output from the worker for {STALL_SECONDS} s")
+        chunk = os.read(fd, min(size - len(data), 1 << 20))
+        if not chunk:
+            raise EOFError("the worker's output ended")
+        data += chunk
+    return bytes(data)
+
+
 def main() -> None:
     """The worker: check each batch read from stdin and write its result to stdout."""
     requests, results = sys.stdin.buffer, sys.stdout.buffer
@@ -144,7 +178,8 @@ def main() -> None:
             records = pickle.load(requests)
         except EOFError:
             return
-        pickle.dump(check_batch(records), results, protocol=5)
+        result = pickle.dumps(check_batch(records), protocol=5)
+        results.write(_LENGTH.pack(len(result)) + result)
         results.flush()
 
 

@@ -78,3 +78,9 @@ def test_the_reused_packer_holds_nothing_back_after_a_value_it_refused():
         with pytest.raises((ValueError, OverflowError)):
             encoding._pack(refused)
         assert encoding.encode({"k": 1}) == msgpack.packb({"k": 1}, use_bin_type=True)
+
+
+def test_bytes_msgpack_refuses_without_a_message_are_named():
+    # before: "not a MessagePack value: " (msgpack's FormatError has no message)
+    with pytest.raises(EncodingError, match=r"^not a MessagePack value: FormatError$"):
+        encoding.decode(b"\xc1")

@@ -448,6 +448,25 @@ def test_a_non_regular_index_file_is_refused_never_opened(tmp_path, kind, name):
         assert result.err.count("\n") == 1
 
 
+@pytest.mark.parametrize("kind", [*KINDS, "symlink-to-an-index"])
+@pytest.mark.parametrize("name", ["index.duckdb", "index.duckdb.wal"])
+def test_a_non_regular_file_beside_a_current_index_is_refused_never_opened(tmp_path, kind, name):
+    # before: a query on a current index opened it without looking (a FIFO WAL hung it)
+    book, _key, _vkey = _keyed(tmp_path)
+    assert cli("query", "--ledger", str(book), "SELECT 1").code == 0  # the index is current
+    if kind == "symlink-to-an-index":
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        shutil.copy(book / "index.duckdb", elsewhere / "index.duckdb")
+        (book / name).unlink(missing_ok=True)
+        (book / name).symlink_to(elsewhere / "index.duckdb")
+    else:
+        _plant(book / name, kind, tmp_path)
+    result = cli("query", "--ledger", str(book), "SELECT count(*) AS n FROM entries")
+    assert result.code == 2 and "not a regular file" in result.err, result
+    assert result.err.count("\n") == 1
+
+
 @pytest.mark.parametrize("cut", ["torn", "whole-entries"])
 def test_a_writer_never_cuts_or_overwrites_entries_a_checkpoint_covers(tmp_path, cut):
     book, _key, _vkey = _keyed(tmp_path)

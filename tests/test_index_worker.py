@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,39 @@ def test_an_index_built_with_a_worker_updates_in_line(tmp_path, monkeypatch):
 def test_the_worker_imports_this_ledger_package():
     env = index_worker._worker_env()
     assert env["PYTHONPATH"].split(":")[0] == str(Path(index_worker.__file__).parents[1])
+
+
+def test_the_worker_never_imports_a_ledger_package_from_the_working_directory(
+    audit, monkeypatch, tmp_path
+):
+    # before: python -m put the working directory first on the worker's path
+    marker = tmp_path / "ran"
+    planted = tmp_path / "cwd" / "ledger"
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text("")
+    (planted / "index_worker.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(planted.parent)
+    records = records_of(audit)
+    with BatchChecker() as checker:
+        checker.submit(records[:4])
+        checker.submit(records[4:8])
+        assert checker.result() == check_batch(records[:4])
+        assert checker.result() == check_batch(records[4:8])
+    assert not marker.exists()
+
+
+def test_a_stopped_worker_is_replaced_by_checks_in_line(audit, monkeypatch):
+    # before: a worker stopped with SIGSTOP hung the update for ever
+    popens = Popens(monkeypatch)
+    monkeypatch.setattr(index_worker, "STALL_SECONDS", 0.5)
+    monkeypatch.setattr(index_worker, "worker_command", lambda: [
+        sys.executable, "-c", "import time; time.sleep(120)"])
+    records = records_of(audit)
+    batches = [records[i:i + 4] for i in range(0, 12, 4)]
+    started = time.monotonic()
+    with BatchChecker() as checker:
+        for batch in batches:
+            checker.submit(batch)
+        assert [checker.result() for _ in batches] == [check_batch(b) for b in batches]
+    assert time.monotonic() - started < 60  # not waiting for the worker's sleep to end
+    assert len(popens.started) == 1 and popens.all_stopped()

@@ -7,7 +7,10 @@ import io
 import json
 
 import pytest
+from rich.console import Console
 
+from cli import output
+from cli import query as query_cli
 from ledger.log import Ledger
 from ledger.writer import EvidenceWriter
 from tests.helpers import DATA, run_cli
@@ -161,3 +164,34 @@ def test_a_damaged_default_index_is_rebuilt_but_a_foreign_file_is_never_replaced
     foreign.write_bytes(b"my notes")
     result = run_cli("query", "--ledger", str(ledger), "--index", str(foreign), "SELECT 1 AS x")
     assert result.code == 2 and foreign.read_bytes() == b"my notes"
+
+
+class TerminalBar:
+    """What the progress bar draws on a terminal (rich, forced to think it is one)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.text = io.StringIO()
+        monkeypatch.setattr(output, "stderr", Console(
+            file=self.text, force_terminal=True, width=100, color_system=None))
+        self.bar = query_cli._Bar("indexing")
+
+
+def test_the_bar_starts_at_the_first_report_of_a_job_past_the_threshold(monkeypatch):
+    # before: a 150,000-entry build showed nothing until 100,000 entries were done
+    big = TerminalBar(monkeypatch)
+    with big.bar:
+        big.bar(50_000, 40, 100)  # 125,000 expected: shown
+    small = TerminalBar(monkeypatch)
+    with small.bar:
+        small.bar(50_000, 60, 100)  # 83,333 expected: not shown
+    assert "indexing" in big.text.getvalue() and small.text.getvalue() == ""
+
+
+def test_the_bar_says_finishing_once_all_is_read(monkeypatch):
+    # before: it sat at 100% for seconds while rows and the checkpoint were written
+    shown = TerminalBar(monkeypatch)
+    with shown.bar:
+        shown.bar(100_000, 50, 100)
+        shown.bar(200_000, 100, 100)
+        assert shown.bar.progress is not None
+        assert shown.bar.progress.tasks[0].description == "indexing (finishing)"
