@@ -90,8 +90,6 @@ INDEX_NAME = "index.duckdb"
 INDEX_VERSION = 1
 CHUNK = 50_000
 """Records decoded between two bulk inserts."""
-CHECKPOINT_THRESHOLD = "1GB"
-"""WAL size at which DuckDB checkpoints the index during an update (see :func:`_connect`)."""
 AHEAD = 2
 """Batches of :data:`CHUNK` records given to the checker before the one being derived."""
 Progress = Callable[[int, int, int], None]
@@ -496,20 +494,6 @@ def _is_duckdb_file(path: Path) -> bool:
         return fh.read(12)[8:12] == b"DUCK"
 
 
-def _connect(path: Path) -> duckdb.DuckDBPyConnection:
-    """Open the index for an update. At DuckDB's default checkpoint threshold (16 MB of
-    WAL) a build checkpoints every chunk or two, and each checkpoint costs more as the
-    tables grow: at 10^6 entries, 13 us of CPU per entry against 4 us for one checkpoint
-    at the end (the WAL then grows to about 650 MB at 10^6 entries, until the update
-    closes).
-    With :data:`CHECKPOINT_THRESHOLD`, a build checkpoints once or a few times.
-
-    Raises:
-        duckdb.Error: if the file cannot be opened as a DuckDB database.
-    """
-    return duckdb.connect(str(path), config={"checkpoint_threshold": CHECKPOINT_THRESHOLD})
-
-
 def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
     """A new, empty index at ``path``. What is there is replaced when it is a DuckDB file,
     or ``owned`` (the default ``<ledger>/index.duckdb``: a damaged cache of ours);
@@ -523,7 +507,7 @@ def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
         for stale in (path, path.with_name(path.name + ".wal"), _state_path(path)):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
-        con = _connect(path)
+        con = duckdb.connect(str(path))
     except (OSError, duckdb.Error) as exc:
         raise UsageError(f"cannot create index {path}: {one_line(exc)} (pass --index)") from exc
     for statement in SCHEMA:
@@ -590,7 +574,7 @@ def update_index(
         con: duckdb.DuckDBPyConnection | None = None
         try:
             with contextlib.suppress(duckdb.Error):
-                con = _connect(target)
+                con = duckdb.connect(str(target))
             meta = None if (con is None or rebuild) else _meta(con)
             if meta is not None and not (
                 _same_log(ledger, meta[2], meta[4], meta[5]) and _complete(con, meta[2])

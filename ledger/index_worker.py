@@ -49,10 +49,13 @@ class BatchChecker:
     returned; submit the next batch before asking for the result of this one, so that
     the worker checks it meanwhile. Use as a context manager: on exit the worker is
     stopped (killed: it holds nothing worth keeping).
+
+    Args:
+        parallel: False checks every batch in line (no worker process).
     """
 
-    def __init__(self) -> None:
-        self._parallel = True  # False once a worker failed: the rest is checked in line
+    def __init__(self, parallel: bool = True) -> None:
+        self._parallel = parallel
         self._waiting: collections.deque[tuple[Sequence[Record], bool]] = collections.deque()
         self._submitted = 0
         self._proc: subprocess.Popen[bytes] | None = None
