@@ -41,7 +41,7 @@ from benchmarks.common import Row, median_time
 from ledger.entries import BODY_FIELDS, decode_entry
 from ledger.export import export_ledger
 from ledger.framing import Record
-from ledger.index import CHECKPOINT_THRESHOLD, CHUNK, update_index
+from ledger.index import CHUNK, update_index
 from ledger.index_query import run_query
 from ledger.log import Ledger
 from ledger.verify import verify_records
@@ -112,10 +112,10 @@ def build_floor(ledger: Ledger, target: Path) -> int:
     the MessagePack and take its entry hash; every :data:`ledger.index.CHUNK` entries,
     bulk-load those entries as they are into DuckDB (one Arrow table per entry kind) and
     commit. No canonical-form check, no rules, no view columns: the least any index of
-    this log does. The cyclic GC is paused and DuckDB checkpoints as rarely, as
-    :func:`update_index` does. Returns the entries loaded.
+    this log does. The cyclic GC is paused, as :func:`update_index` pauses it. Returns
+    the entries loaded.
     """
-    con = duckdb.connect(str(target), config={"checkpoint_threshold": CHECKPOINT_THRESHOLD})
+    con = duckdb.connect(str(target))
     types: dict[str, pa.DataType] = {}
     pending: dict[str, list[dict]] = {}
 

@@ -7,7 +7,7 @@ batch is checked in line; the later ones go to a worker process started with
 two (:class:`ledger.index.Deriver`) on the one before: the two stages then use both
 cores. The worker reads pickled batches (lists of :class:`~ledger.framing.Record`) on
 stdin and writes one pickled :class:`~ledger.index_check.CheckedBatch` per batch on
-stdout (its length first, 8 bytes big-endian), until stdin ends; it serves only the
+stdout (after ``ELW1`` and its length, 8 bytes big-endian), until stdin ends; it serves only the
 process that started it.
 
 The result is the same wherever a batch is checked, so nothing depends on the worker: if
@@ -40,7 +40,9 @@ __all__ = ["STALL_SECONDS", "BatchChecker", "main", "worker_command"]
 STALL_SECONDS = 120.0
 """A worker that writes nothing for this long is taken for stopped, and its batches are
 checked in line (a batch of 50,000 records takes it about a second)."""
-_LENGTH = struct.Struct(">Q")
+_HEADER = struct.Struct(">4sQ")
+"""Before each result: :data:`_MAGIC`, then the pickle's length in bytes."""
+_MAGIC = b"ELW1"
 
 class BatchChecker:
     """Stage one for batches of records, in the order they are submitted.
@@ -49,13 +51,10 @@ class BatchChecker:
     returned; submit the next batch before asking for the result of this one, so that
     the worker checks it meanwhile. Use as a context manager: on exit the worker is
     stopped (killed: it holds nothing worth keeping).
-
-    Args:
-        parallel: False checks every batch in line (no worker process).
     """
 
-    def __init__(self, parallel: bool = True) -> None:
-        self._parallel = parallel
+    def __init__(self) -> None:
+        self._parallel = True  # False once a worker failed: the rest is checked in line
         self._waiting: collections.deque[tuple[Sequence[Record], bool]] = collections.deque()
         self._submitted = 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -101,7 +100,7 @@ class BatchChecker:
                 worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL, start_new_session=True, env=_worker_env(),
             )
-        except (OSError, ValueError):  # no interpreter to start: check in line
+        except (OSError, ValueError, TypeError):  # no interpreter to start: check in line
             self._parallel = False
             return
         self._sender = threading.Thread(
@@ -150,13 +149,16 @@ def _send(outbox: queue.Queue[bytes | None], pipe: IO[bytes] | None) -> None:
 
 
 def _receive(fd: int) -> bytes:
-    """One result from the worker: its length (:data:`_LENGTH`), then its pickle.
+    """One result from the worker: :data:`_HEADER`, then its pickle.
 
     Raises:
+        ValueError: if the output does not start with :data:`_MAGIC`.
         EOFError: if the worker's output ends first.
         TimeoutError: if no byte comes for :data:`STALL_SECONDS` (a stopped worker).
     """
-    (length,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size))
+    magic, length = _HEADER.unpack(_read_exactly(fd, _HEADER.size))
+    if magic != _MAGIC:  # e.g. a banner printed by a sitecustomize: not our worker's output
+        raise ValueError("the worker's output does not start with a result")
     return _read_exactly(fd, length)
 
 
@@ -182,7 +184,7 @@ def main() -> None:
         except EOFError:
             return
         result = pickle.dumps(check_batch(records), protocol=5)
-        results.write(_LENGTH.pack(len(result)) + result)
+        results.write(_HEADER.pack(_MAGIC, len(result)) + result)
         results.flush()
 
 

@@ -243,3 +243,35 @@ def test_a_stopped_worker_is_replaced_by_checks_in_line(audit, monkeypatch):
         assert [checker.result() for _ in batches] == [check_batch(b) for b in batches]
     assert time.monotonic() - started < 60  # not waiting for the worker's sleep to end
     assert len(popens.started) == 1 and popens.all_stopped()
+
+
+@pytest.mark.parametrize("banner", ["Tracing enabled\n", "XBooting\n", "hello\n"])
+def test_a_worker_whose_output_starts_with_a_banner_is_replaced_at_once(
+    audit, monkeypatch, banner
+):
+    # before: a banner starting with T, X or B was read as a result's length (1.7 GB),
+    # and the update waited for it
+    monkeypatch.setattr(index_worker, "STALL_SECONDS", 30.0)
+    command = [*index_worker.worker_command()[:-2], "-c",
+               f"import sys; sys.stdout.write({banner!r}); sys.stdout.flush(); "
+               "from ledger.index_worker import main; main()"]
+    monkeypatch.setattr(index_worker, "worker_command", lambda: command)
+    records = records_of(audit)
+    batches = [records[i:i + 4] for i in range(0, 12, 4)]
+    started = time.monotonic()
+    with BatchChecker() as checker:
+        for batch in batches:
+            checker.submit(batch)
+        assert [checker.result() for _ in batches] == [check_batch(b) for b in batches]
+    assert time.monotonic() - started < 25  # not waiting for the stall time-out
+
+
+def test_no_interpreter_to_start_is_checked_in_line(audit, monkeypatch):
+    # before: sys.executable None (an embedded interpreter) raised TypeError
+    monkeypatch.setattr(index_worker, "worker_command", lambda: [None, "-m", "x"])
+    records = records_of(audit)
+    with BatchChecker() as checker:
+        checker.submit(records[:4])
+        checker.submit(records[4:8])
+        assert [checker.result(), checker.result()] == [
+            check_batch(records[:4]), check_batch(records[4:8])]
