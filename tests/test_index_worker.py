@@ -57,6 +57,17 @@ class Popens:
         return all(proc.poll() is not None for proc in self.started)
 
 
+def checked_alike(batches: list[list[Record]]) -> float:
+    """Submit every batch to a :class:`BatchChecker`, then take the results: each must
+    equal the batch checked in line. Returns the seconds it took."""
+    started = time.monotonic()
+    with BatchChecker() as checker:
+        for batch in batches:
+            checker.submit(batch)
+        assert [checker.result() for _ in batches] == [check_batch(b) for b in batches]
+    return time.monotonic() - started
+
+
 def no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_worker, "worker_command", lambda: ["/nonexistent/python"])
 
@@ -114,10 +125,7 @@ def test_a_worker_that_fails_is_replaced_by_checks_in_line(audit, monkeypatch, c
     monkeypatch.setattr(index_worker, "worker_command", lambda: command)
     records = records_of(audit)
     batches = [records[i:i + 4] for i in range(0, len(records), 4)]
-    with BatchChecker() as checker:
-        for batch in batches:
-            checker.submit(batch)
-        assert [checker.result() for _ in batches] == [check_batch(b) for b in batches]
+    checked_alike(batches)
     assert popens.all_stopped()
 
 
@@ -236,12 +244,7 @@ def test_a_stopped_worker_is_replaced_by_checks_in_line(audit, monkeypatch):
         sys.executable, "-c", "import time; time.sleep(120)"])
     records = records_of(audit)
     batches = [records[i:i + 4] for i in range(0, 12, 4)]
-    started = time.monotonic()
-    with BatchChecker() as checker:
-        for batch in batches:
-            checker.submit(batch)
-        assert [checker.result() for _ in batches] == [check_batch(b) for b in batches]
-    assert time.monotonic() - started < 60  # not waiting for the worker's sleep to end
+    assert checked_alike(batches) < 60  # not waiting for the worker's sleep to end
     assert len(popens.started) == 1 and popens.all_stopped()
 
 
@@ -258,12 +261,7 @@ def test_a_worker_whose_output_starts_with_a_banner_is_replaced_at_once(
     monkeypatch.setattr(index_worker, "worker_command", lambda: command)
     records = records_of(audit)
     batches = [records[i:i + 4] for i in range(0, 12, 4)]
-    started = time.monotonic()
-    with BatchChecker() as checker:
-        for batch in batches:
-            checker.submit(batch)
-        assert [checker.result() for _ in batches] == [check_batch(b) for b in batches]
-    assert time.monotonic() - started < 25  # not waiting for the stall time-out
+    assert checked_alike(batches) < 25  # not waiting for the stall time-out
 
 
 def test_no_interpreter_to_start_is_checked_in_line(audit, monkeypatch):
