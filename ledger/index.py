@@ -137,6 +137,7 @@ class Deriver:
             EvidenceError: at the first record that does not continue the log (its
                 ``seq`` or ``prev``), or that ``checked`` found a problem with (its CRC-32,
                 canonical decoding, or a time past the index's range); run ``verify``.
+            ValueError: if ``checked`` is not of this batch at this size (a caller's bug).
         """
         hashes, leaves = checked.hashes, checked.leaves
         if checked.first != self.size or checked.count > len(records):
