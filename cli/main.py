@@ -11,6 +11,7 @@ import asyncio
 import functools
 import importlib.util
 import itertools
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -28,13 +29,14 @@ from ledger.errors import LedgerError, UsageError
 from ledger.files import read_input
 from ledger.ingest import ingest_file
 from ledger.keys import check_new_key_path, keygen, load_signer
-from ledger.lineage import StateNode, run_state_forest
+from ledger.lineage import StateNode
 from ledger.log import Ledger
 from ledger.redact import redact as redact_payload
+from ledger.trace import trace_call
 from ledger.writer import EvidenceWriter
 
 from . import bundles, output, query, sessions, tlog
-from .options import JsonOpt, LedgerOpt, open_ledger
+from .options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
 
 app = typer.Typer(
     name="evidence-ledger",
@@ -198,34 +200,29 @@ def trace(
     call_id: Annotated[str, typer.Argument(help="The call_id to follow.")],
     ledger: LedgerOpt = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="Only this run.")] = None,
+    index: IndexOpt = None,
+    rebuild: RebuildOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """One call's chain as a timeline: call, decisions, executions, session items; then
-    the run states of its run as a tree (lineage: which state each was derived from)."""
+    the run states of its run as a tree (lineage: which state each was derived from), and
+    the rules it broke.
+
+    Found through the DuckDB index (brought up to date first, as for query); the call's
+    entries are read back from the log and checked against it. Payloads and checkpoints
+    are checked by verify.
+    """
     book = open_ledger(ledger)
-    report = verify_ledger(book)
-    timeline = [
-        entry_json(entry, hash_)
-        for entry, hash_ in book.entries()
-        if entry.body.get("call_id") == call_id
-        and (run_id is None or entry.body.get("run_id") == run_id)
-    ]
-    if not timeline:
-        where = f" in run {run_id!r}" if run_id is not None else ""
-        raise UsageError(f"no entry names call_id {call_id!r}{where}")
-    violations = [
-        v for v in report.violations
-        if v.call_id == call_id and (run_id is None or v.run_id == run_id)
-    ]
-    runs = {row["body"].get("run_id") for row in timeline}
-    forest = run_state_forest(e for e, _ in book.entries() if e.body.get("run_id") in runs)
+    with output.ProgressBar("indexing") as bar:
+        found = trace_call(book, call_id, run_id, index, rebuild=rebuild, progress=bar)
+    timeline = [entry_json(entry, hash_) for entry, hash_ in found.entries]
     if json:
         output.print_json({
             "call_id": call_id, "entries": timeline,
-            "violations": [v.to_json() for v in violations],
+            "violations": [v.to_json() for v in found.violations],
             "lineage": [
                 {"run_id": run, "states": [root.to_json() for root in roots]}
-                for run, roots in forest.items()
+                for run, roots in found.lineage.items()
             ],
         })
         return
@@ -238,8 +235,8 @@ def trace(
             f"{body.get('run_id')}{'/' + scope if scope else ''}  {detail}",
             highlight=False, markup=False,
         )
-    _print_lineage(forest, call_id)
-    for v in violations:
+    _print_lineage(found.lineage, call_id)
+    for v in found.violations:
         output.stdout.print(
             f"[red]{escape(v.rule)}[/] at seq {v.seq}: {escape(v.detail)}", highlight=False
         )
@@ -394,6 +391,14 @@ def main(argv: list[str] | None = None) -> None:
     :class:`LedgerError` exits with its own code; anything else is an internal error (1).
     """
     verbose, args = _split_verbose(sys.argv[1:] if argv is None else list(argv))
+    if sys.stderr is None:  # closed: errors go nowhere, exit codes still tell
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (open for the life of the process)
+    if sys.stdout is None:
+        output.stderr.print(
+            "evidence-ledger: usage error: standard output is closed (redirect it to a file "
+            "or to /dev/null)", highlight=False, markup=False,
+        )
+        sys.exit(2)
     try:
         code = _command().main(args=args, prog_name="evidence-ledger", standalone_mode=False)
     except (typer.Abort, KeyboardInterrupt):

@@ -20,6 +20,17 @@ LedgerOpt = Annotated[
 ]
 """``--ledger DIR``; None means ``$EVIDENCE_LEDGER``, else ``./.evidence``."""
 
+IndexOpt = Annotated[
+    Path | None,
+    typer.Option("--index", metavar="FILE", help="Index file (default: LEDGER/index.duckdb)."),
+]
+"""``--index FILE``: the DuckDB index a reading command uses (None: the default)."""
+
+RebuildOpt = Annotated[
+    bool, typer.Option("--rebuild", help="Rebuild the index from the log first.")
+]
+"""``--rebuild``: rebuild the index before reading it."""
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 """``--json``: print JSON for scripts instead of text."""
 

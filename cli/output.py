@@ -9,15 +9,54 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from ledger.chains import CallChain
 from ledger.verify import Report
 
 # Piped or redirected output keeps whole table rows instead of wrapping at 80 columns.
-_WIDTH = None if sys.stdout.isatty() else 200
+_WIDTH = None if sys.stdout is not None and sys.stdout.isatty() else 200  # None: closed
 stdout = Console(soft_wrap=True, width=_WIDTH)
 stderr = Console(stderr=True, soft_wrap=True, width=_WIDTH)
+
+
+PROGRESS_THRESHOLD = 100_000
+"""Entries a job must pass before it shows a progress bar (and only on a terminal)."""
+
+
+class ProgressBar:
+    """Progress on stderr (a :data:`ledger.index.Progress` callback), started only on a
+    terminal, at the first report of a job that will pass :data:`PROGRESS_THRESHOLD`
+    entries (its entries so far, scaled by the share of the work done). Once all is read,
+    the label says the job is finishing (rows, checkpoint, state). Use as a context
+    manager: the bar is removed on exit."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.progress: Progress | None = None
+        self.task: Any = None
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def __call__(self, entries: int, done: int, total: int) -> None:
+        if self.progress is None:
+            expected = entries * total // done if done else entries
+            if expected < PROGRESS_THRESHOLD or not stderr.is_terminal:
+                return
+            self.progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                TimeRemainingColumn(), console=stderr, transient=True,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task(self.label, total=total)
+        label = f"{self.label} (finishing)" if done >= total else self.label
+        self.progress.update(self.task, completed=done, total=total, description=label)
 
 
 def print_json(value: Any) -> None:
@@ -26,10 +65,12 @@ def print_json(value: Any) -> None:
 
 
 def when(ns: int | None) -> str:
-    """ISO 8601 UTC time (ms) of ``ns`` nanoseconds since the epoch, or '—'."""
+    """ISO 8601 UTC time (ms, ``Z``, as ``query`` prints times) of ``ns`` nanoseconds
+    since the epoch, or '—'."""
     if ns is None:
         return "—"
-    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="milliseconds")
+    moment = dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).replace(tzinfo=None)
+    return moment.isoformat(timespec="milliseconds") + "Z"
 
 
 def short(digest: bytes) -> str:

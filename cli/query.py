@@ -21,7 +21,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from ledger.export import export_ledger, parse_time, verify_export
@@ -29,19 +28,9 @@ from ledger.index import update_index
 from ledger.index_query import run_query
 
 from . import output
-from .options import JsonOpt, LedgerOpt, open_ledger
+from .options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
 
 __all__ = ["register"]
-
-PROGRESS_THRESHOLD = 100_000
-"""Entries a job must pass before it shows a progress bar (and only on a terminal)."""
-
-
-IndexOption = Annotated[
-    Path | None,
-    typer.Option("--index", help="Index file (default: LEDGER/index.duckdb)."),
-]
-
 
 class QueryFormat(StrEnum):
     table = "table"
@@ -54,38 +43,6 @@ class ExportFormat(StrEnum):
     parquet = "parquet"
     csv = "csv"
     jsonl = "jsonl"
-
-
-class _Bar:
-    """Progress on stderr, started only on a terminal, at the first report of a job that
-    will pass the threshold (its entries so far, scaled by the share of the work done).
-    Once all is read, the label says the job is finishing (rows, checkpoint, state)."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.progress: Progress | None = None
-        self.task: Any = None
-
-    def __enter__(self) -> _Bar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def __call__(self, entries: int, done: int, total: int) -> None:
-        if self.progress is None:
-            expected = entries * total // done if done else entries
-            if expected < PROGRESS_THRESHOLD or not output.stderr.is_terminal:
-                return
-            self.progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                TimeRemainingColumn(), console=output.stderr, transient=True,
-            )
-            self.progress.start()
-            self.task = self.progress.add_task(self.label, total=total)
-        label = f"{self.label} (finishing)" if done >= total else self.label
-        self.progress.update(self.task, completed=done, total=total, description=label)
 
 
 def _json_value(value: Any) -> Any:
@@ -129,17 +86,15 @@ def query(
     format: Annotated[
         QueryFormat, typer.Option("--format", help="Output format.")
     ] = QueryFormat.table,
-    rebuild: Annotated[
-        bool, typer.Option("--rebuild", help="Rebuild the index from the log first.")
-    ] = False,
-    index: IndexOption = None,
+    rebuild: RebuildOpt = False,
+    index: IndexOpt = None,
 ) -> None:
     """Run read-only SQL over the ledger's DuckDB index (brought up to date first).
 
     Tables: entries, calls, approvals, executions, session_items, guardrails,
-    violations, call_chains, ledger_index. A statement that writes is refused (exit 2).
+    violations, call_chains, ledger_index, log_blocks. A statement that writes is refused (exit 2).
     """
-    with _Bar("indexing") as bar:
+    with output.ProgressBar("indexing") as bar:
         result = run_query(open_ledger(ledger), sql, index, rebuild=rebuild, progress=bar)
     if format is QueryFormat.json:
         output.print_json([
@@ -178,7 +133,7 @@ def export(
     until: Annotated[
         str | None, typer.Option(help="Only rows before T (ISO 8601 UTC, or ns).")
     ] = None,
-    index: IndexOption = None,
+    index: IndexOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Export every view, one file each, and manifest.json (tree size, root hash, SHA-256
@@ -186,9 +141,9 @@ def export(
     since_ns = parse_time(since) if since is not None else None
     until_ns = parse_time(until) if until is not None else None
     book = open_ledger(ledger)
-    with _Bar("indexing") as bar:
+    with output.ProgressBar("indexing") as bar:
         update_index(book, index, progress=bar)
-    with _Bar("exporting") as bar:
+    with output.ProgressBar("exporting") as bar:
         manifest = export_ledger(
             book, out, format.value, since=since_ns, until=until_ns, index=index, progress=bar,
         )
@@ -211,7 +166,7 @@ def verify_export_(
     """Check an export against the ledger: root hash at its tree size, every file's
     SHA-256, and every file's rows re-derived from the entries. Exit 0 match, 1 mismatch."""
     book = open_ledger(ledger)
-    with _Bar("re-deriving") as bar:
+    with output.ProgressBar("re-deriving") as bar:
         check = verify_export(directory, book, progress=bar)
     if json_:
         output.print_json({"ok": check.ok, "tree_size": check.tree_size,

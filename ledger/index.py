@@ -25,7 +25,9 @@ and committed on a thread of its own while the next is derived; the metadata row
 saved state, written last, let the next update resume where this one stopped, and an
 update killed midway is rebuilt, not resumed), :func:`derive` (the same rows in an
 in-memory database), :func:`is_current`. Queries: :mod:`ledger.index_query`. Tables
-and columns: :data:`ledger.index_db.VIEWS` and docs/QUERIES.md.
+and columns: :data:`ledger.index_db.VIEWS` and docs/QUERIES.md; ``log_blocks`` (where
+every :data:`BLOCK`-th record starts in the log) lets :mod:`ledger.trace` read a call's
+records without scanning the log.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from .framing import Damage, Record, TornTail
 from .fsutil import file_lock, open_regular, problem
 from .index_check import CheckedBatch
 from .index_db import (
+    BLOCKS_SCHEMA,
     CALL_SEQ,
     SCHEMA,
     VIEWS,
@@ -73,6 +76,7 @@ from .log import Ledger
 from .verify import Report
 
 __all__ = [
+    "BLOCK",
     "CHUNK",
     "INDEX_NAME",
     "Deriver",
@@ -90,6 +94,9 @@ INDEX_NAME = "index.duckdb"
 INDEX_VERSION = 1
 CHUNK = 50_000
 """Records decoded between two bulk inserts."""
+BLOCK = 4096
+"""Records between two rows of ``log_blocks`` (besides the first record of each update):
+a reader of the index reads at most this many records to reach one it names."""
 AHEAD = 2
 """Batches of :data:`CHUNK` records given to the checker before the one being derived."""
 Progress = Callable[[int, int, int], None]
@@ -125,6 +132,7 @@ class Deriver:
         self._findings = 0
         self._persisted_at: dict[CallKey, int] = {}
         self._executed_at: dict[CallKey, int] = {}
+        self._blocks: list[tuple[int, int]] = []
 
     def feed(self, records: Sequence[Record], checked: CheckedBatch) -> None:
         """Derive the rows of a batch of records, the first at index :attr:`size`.
@@ -143,6 +151,11 @@ class Deriver:
         if checked.first != self.size or checked.count > len(records):
             raise ValueError("the checked batch is not the one fed")
         self._checked.append(checked)
+        first = checked.first
+        starts = range((-first) % BLOCK, checked.count, BLOCK)  # the records at seq % BLOCK 0
+        if checked.count and (not starts or starts[0]):
+            self._blocks.append((first, records[0].offset))  # and the first of the batch
+        self._blocks += [(first + i, records[i].offset) for i in starts]
         for i, record in enumerate(itertools.islice(records, checked.count)):
             seq = self.size
             entry = decode_checked(record.data)
@@ -202,8 +215,12 @@ class Deriver:
             tables = [c.tables[kind] for c in self._checked if kind in c.tables]
             table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
             raw[kind] = table.append_column(CALL_SEQ, pa.array(seqs, pa.int64()))
-        chunk = Chunk(raw, rows_table(VIEWS["violations"], self._violations))
-        self._checked, self._call_seqs, self._violations = [], {}, []
+        chunk = Chunk(
+            raw, rows_table(VIEWS["violations"], self._violations),
+            pa.Table.from_pylist(
+                [{"first_seq": s, "log_offset": o} for s, o in self._blocks], BLOCKS_SCHEMA),
+        )
+        self._checked, self._call_seqs, self._violations, self._blocks = [], {}, [], []
         return chunk
 
     def take_chains(self) -> pa.Table:
@@ -396,6 +413,7 @@ def _well_formed(state: object) -> bool:
         "last_offset": int, "last_hash": bytes, "_checked": list, "_call_seqs": dict,
         "_violations": list,
         "_touched": set, "_findings": int, "_persisted_at": dict, "_executed_at": dict,
+        "_blocks": list,
     }
     return (
         isinstance(state, Deriver) and fields.keys() == types.keys()

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from . import entries
 
 __all__ = [
+    "BLOCKS_SCHEMA",
     "BODIES",
     "CALL_SEQ",
     "CHECKED_SCHEMAS",
@@ -259,10 +260,12 @@ class Chunk:
     Attributes:
         raw: entry kind -> its entries (:data:`CHECKED_SCHEMAS` and :data:`CALL_SEQ`).
         violations: new ``violations`` rows.
+        blocks: new ``log_blocks`` rows (:data:`BLOCKS_SCHEMA`).
     """
 
     raw: dict[str, pa.Table]
     violations: pa.Table
+    blocks: pa.Table
 
     def insert(self, con: duckdb.DuckDBPyConnection) -> None:
         """Insert the rows into every table of ``con`` (``calls`` first: the other views
@@ -287,7 +290,13 @@ class Chunk:
             for kind in self.raw:
                 con.unregister(f"raw_{kind}")
         insert_rows(con, "violations", self.violations)
+        insert_rows(con, "log_blocks", self.blocks)
 
+
+BLOCKS_SCHEMA = pa.schema([("first_seq", pa.int64()), ("log_offset", pa.int64())])
+"""Rows of ``log_blocks``: where a record starts in the log file (``first_seq``, its
+byte offset), for a few records (see :data:`ledger.index.BLOCK`), so that a reader of
+the index finds the records it names without scanning the log from its start."""
 
 SCHEMA = [
     f"CREATE TABLE {view.name} ({', '.join(f'{n} {t}' for n, t in view.columns)})"
@@ -296,9 +305,11 @@ SCHEMA = [
     "CREATE TABLE ledger_index (index_version INTEGER, code_fingerprint VARCHAR, "
     "tree_size BIGINT, root_hash VARCHAR, last_entry_hash VARCHAR, "
     "last_record_offset BIGINT, log_offset BIGINT)",
+    "CREATE TABLE log_blocks (first_seq BIGINT, log_offset BIGINT)",
 ]
-"""The statements that create an empty index: every view, and the one-row metadata table
-``ledger_index`` (where the index stands in the log)."""
+"""The statements that create an empty index: every view, the one-row metadata table
+``ledger_index`` (where the index stands in the log) and ``log_blocks``
+(:data:`BLOCKS_SCHEMA`)."""
 
 
 def one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...] | None:

@@ -1,6 +1,7 @@
 """Reading the index: one read-only SQL statement over an index brought up to date first
-(:func:`run_query`), read-only connections (:func:`connect_read_only`), and what a damaged
-index file raises (:func:`raise_if_damaged`, :func:`rebuilt_if_damaged`).
+(:func:`run_query`; any reader: :func:`read_index`), read-only connections
+(:func:`connect_read_only`), and what a damaged index file raises
+(:func:`raise_if_damaged`, :func:`rebuilt_if_damaged`).
 
 A query is refused unless DuckDB's own parser finds exactly one ``SELECT`` (or
 ``EXPLAIN``); it runs on a read-only connection with file access, extension loading and
@@ -29,6 +30,7 @@ __all__ = [
     "check_read_only",
     "connect_read_only",
     "raise_if_damaged",
+    "read_index",
     "rebuilt_if_damaged",
     "run_query",
 ]
@@ -120,9 +122,8 @@ def run_query(
     rebuild: bool = False,
     progress: Progress | None = None,
 ) -> QueryResult:
-    """Run one read-only SQL statement over the index, brought up to date first. A
-    default index that turns out damaged while read (:class:`DamagedIndexError`) is
-    rebuilt and the statement run again.
+    """Run one read-only SQL statement over the index, brought up to date first (see
+    :func:`read_index`).
 
     Raises:
         UsageError: if the statement is not a single read, or fails (one-line message);
@@ -130,9 +131,39 @@ def run_query(
         EvidenceError: if the log fails integrity while indexing.
     """
     check_read_only(sql)
+    return read_index(ledger, lambda con, target: _execute(con, sql, target), path,
+                      rebuild=rebuild, progress=progress)
+
+
+def read_index(
+    ledger: Ledger,
+    read: Callable[[duckdb.DuckDBPyConnection, Path], T],
+    path: str | os.PathLike[str] | None = None,
+    *,
+    rebuild: bool = False,
+    progress: Progress | None = None,
+) -> T:
+    """``read(con, index_file)`` on a read-only connection (:func:`connect_read_only`) to
+    the index of ``ledger``, brought up to date first (:func:`update_index`; not when it
+    is current already). ``read`` raises :class:`DamagedIndexError` (see
+    :func:`raise_if_damaged`) when DuckDB finds the file damaged: a default index is then
+    rebuilt and ``read`` called once more.
+
+    Args:
+        ledger: the ledger.
+        read: what to do with the index (runs under a shared lock: no update meanwhile).
+        path: the index file (default ``<ledger>/index.duckdb``).
+        rebuild: rebuild the index from the log first.
+        progress: see :data:`ledger.index.Progress`.
+
+    Raises:
+        UsageError: if the ledger has no log or the index cannot be opened or written;
+            :class:`DamagedIndexError` for a damaged index named by ``path``.
+        EvidenceError: if the log fails integrity while indexing.
+    """
     ledger.require_exists()
     return rebuilt_if_damaged(
-        path, rebuild, lambda again: _query(ledger, sql, path, again, progress))
+        path, rebuild, lambda again: _read(ledger, read, path, again, progress))
 
 
 def rebuilt_if_damaged(
@@ -153,10 +184,10 @@ def rebuilt_if_damaged(
     return read(True)
 
 
-def _query(
-    ledger: Ledger, sql: str, path: str | os.PathLike[str] | None, rebuild: bool,
-    progress: Progress | None,
-) -> QueryResult:
+def _read(
+    ledger: Ledger, read: Callable[[duckdb.DuckDBPyConnection, Path], T],
+    path: str | os.PathLike[str] | None, rebuild: bool, progress: Progress | None,
+) -> T:
     target = index_path(ledger, path)
     refuse_non_regular(target)
     if not rebuild and target.is_file():
@@ -168,12 +199,12 @@ def _query(
             if con is not None:
                 try:
                     if is_current(con, ledger):
-                        return _execute(con, sql, target)
+                        return read(con, target)
                 finally:
                     con.close()
     info = update_index(ledger, path, rebuild=rebuild, progress=progress)
     with connect_read_only(info.path) as con:
-        return _execute(con, sql, info.path)
+        return read(con, info.path)
 
 
 class DamagedIndexError(UsageError):

@@ -2,6 +2,9 @@
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -301,3 +304,23 @@ def test_export_refuses_a_time_beyond_64_bit_nanoseconds(tmp_path, bound, value)
     assert result.code == 2 and _one_line(result) and "2262" in result.err, result.err
     assert not out.exists()
 
+
+
+@pytest.mark.parametrize("closed", ["1", "2", "1 2"])
+def test_a_closed_standard_stream_is_bad_usage_not_a_traceback(tmp_path, closed):
+    ingest(tmp_path)
+    closing = " ".join(f"{fd}>&-" for fd in closed.split())
+    shell = (f'"{sys.executable}" -c "from cli.main import main; main()" '
+             f'query --ledger "{tmp_path}" "SELECT 1" 2>"{tmp_path}/err" {closing}; echo $?')
+    # before: the import of cli.output raised AttributeError (sys.stdout None) with a traceback
+    code = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).parent.parent)
+    err = (tmp_path / "err").read_text()
+    assert "Traceback" not in err + code.stderr
+    if closed == "2":  # nothing can be said: the query still runs and prints
+        assert code.stdout.splitlines()[-1] == "0" and "1 row(s)" in code.stdout
+    else:
+        assert code.stdout.strip() == "2"
+        assert err == ("" if closed == "1 2" else
+                       "evidence-ledger: usage error: standard output is closed (redirect it "
+                       "to a file or to /dev/null)\n")

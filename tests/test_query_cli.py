@@ -10,7 +10,6 @@ import pytest
 from rich.console import Console
 
 from cli import output
-from cli import query as query_cli
 from ledger.log import Ledger
 from ledger.writer import EvidenceWriter
 from tests.helpers import DATA, run_cli
@@ -173,7 +172,7 @@ class TerminalBar:
         self.text = io.StringIO()
         monkeypatch.setattr(output, "stderr", Console(
             file=self.text, force_terminal=True, width=100, color_system=None))
-        self.bar = query_cli._Bar("indexing")
+        self.bar = output.ProgressBar("indexing")
 
 
 def test_the_bar_starts_at_the_first_report_of_a_job_past_the_threshold(monkeypatch):

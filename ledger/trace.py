@@ -1,0 +1,178 @@
+"""One call's evidence, found through the index: what ``trace`` prints.
+
+The index (:mod:`ledger.index`, brought up to date first) names the entries of the runs
+that hold the call, the rules the call broke (its ``violations`` rows: the verifier's own
+findings) and where those entries lie in the log (``log_blocks``). The entries are then
+read from the log itself, a block at a time (at most :data:`ledger.index.BLOCK` records
+to reach one), and each is held to its CRC-32, its canonical decoding, its ``seq`` and
+the entry hash the index holds. The rest of the log is not read: payloads, checkpoints
+and the records indexed before are ``verify``'s job.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from .entries import Entry, decode_entry, entry_hash
+from .errors import EncodingError, EvidenceError, UsageError
+from .findings import Finding
+from .framing import Damage, Record
+from .index import Progress
+from .index_db import digest_text, one_line
+from .index_query import raise_if_damaged, read_index
+from .lineage import StateNode, run_state_forest
+from .log import Ledger
+
+__all__ = ["CallTrace", "trace_call"]
+
+
+@dataclass(frozen=True)
+class CallTrace:
+    """The evidence of one ``call_id``.
+
+    Attributes:
+        entries: ``(entry, 32-byte entry hash)`` of every entry naming the call, in seq
+            order.
+        violations: the rules the call broke, in the order the verifier found them
+            (its ``violations`` rows as :class:`~ledger.findings.Finding`).
+        lineage: run id -> its run states as trees (:func:`ledger.lineage.run_state_forest`
+            of every entry of the runs that hold the call).
+        tree_size: entries the index held.
+    """
+
+    entries: list[tuple[Entry, bytes]]
+    violations: list[Finding]
+    lineage: dict[str, list[StateNode]]
+    tree_size: int
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What the index says of a call: every entry of its runs (seq, entry hash text,
+    whether it names the call), the log blocks, the violations, the tree size."""
+
+    entries: list[tuple[int, str, bool]]
+    blocks: list[tuple[int, int]]
+    violations: list[Finding]
+    tree_size: int
+
+
+_OWN = "call_id = $call_id AND ($run_id::VARCHAR IS NULL OR run_id = $run_id)"
+
+
+def trace_call(
+    ledger: Ledger,
+    call_id: str,
+    run_id: str | None = None,
+    index: str | os.PathLike[str] | None = None,
+    *,
+    rebuild: bool = False,
+    progress: Progress | None = None,
+) -> CallTrace:
+    """The entries, violations and run-state lineage of ``call_id``.
+
+    Args:
+        ledger: the ledger.
+        call_id: the call to follow (every run and scope that holds it, unless ``run_id``).
+        run_id: only this run.
+        index: the index file (default ``<ledger>/index.duckdb``).
+        rebuild: rebuild the index from the log first.
+        progress: see :data:`ledger.index.Progress` (while the index is brought up to date).
+
+    Raises:
+        UsageError: if no entry names the call (in ``run_id``), or the index cannot be
+            read or written.
+        EvidenceError: if the log fails integrity while indexing, or a record the index
+            names no longer matches it (damaged or rewritten since).
+    """
+    found = read_index(
+        ledger, lambda con, path: _find(con, path, call_id, run_id), index,
+        rebuild=rebuild, progress=progress,
+    )
+    if not any(own for _, _, own in found.entries):
+        where = f" in run {run_id!r}" if run_id is not None else ""
+        raise UsageError(f"no entry names call_id {call_id!r}{where}")
+    read = _read_entries(ledger, [(seq, hash_) for seq, hash_, _ in found.entries], found.blocks)
+    own = [pair for pair, (_, _, mine) in zip(read, found.entries, strict=True) if mine]
+    return CallTrace(own, found.violations, run_state_forest(e for e, _ in read),
+                     found.tree_size)
+
+
+def _find(con: duckdb.DuckDBPyConnection, path: Path, call_id: str, run_id: str | None) -> _Found:
+    params = {"call_id": call_id, "run_id": run_id}
+    try:
+        entries = con.execute(
+            f"SELECT seq, entry_hash, coalesce({_OWN}, false) FROM entries WHERE run_id IN "
+            f"(SELECT run_id FROM entries WHERE {_OWN}) ORDER BY seq", params,
+        ).fetchall()
+        blocks = con.execute(
+            "SELECT first_seq, log_offset FROM log_blocks ORDER BY first_seq").fetchall()
+        violations = con.execute(
+            f"SELECT rule, seq, detail, run_id, scope, call_id FROM violations WHERE {_OWN} "
+            "ORDER BY finding_no", params,
+        ).fetchall()
+        (tree_size,) = con.execute("SELECT tree_size FROM ledger_index").fetchone() or (0,)
+    except duckdb.Error as exc:
+        raise_if_damaged(exc, path)
+        raise UsageError(f"cannot read index {path}: {one_line(exc)}") from exc
+    return _Found(
+        [(seq, hash_, own) for seq, hash_, own in entries], [tuple(b) for b in blocks],
+        [Finding(rule, seq, detail, run, tuple(scope), call)
+         for rule, seq, detail, run, scope, call in violations],
+        int(tree_size),
+    )
+
+
+def _read_entries(
+    ledger: Ledger, wanted: Sequence[tuple[int, str]], blocks: Sequence[tuple[int, int]]
+) -> list[tuple[Entry, bytes]]:
+    """Read the records at the wanted seqs (ascending, each with the entry hash the index
+    holds, as ``sha256:`` text), each read starting at the last block at or before one."""
+    starts = [first for first, _ in blocks]
+    out: list[tuple[Entry, bytes]] = []
+    while len(out) < len(wanted):
+        seq = wanted[len(out)][0]
+        block = bisect.bisect_right(starts, seq) - 1
+        if block < 0:
+            raise EvidenceError(f"the index has no log position for seq {seq} (run with --rebuild)")
+        first, offset = blocks[block]
+        end = starts[block + 1] if block + 1 < len(starts) else math.inf
+        reason = "the log ends before it"
+        for item in ledger.store.scan(offset, first):
+            if not isinstance(item, Record):
+                reason = item.reason if isinstance(item, Damage) else reason
+                break
+            if item.index == seq:
+                out.append(_checked(item, wanted[len(out)][1]))
+                if len(out) == len(wanted) or (seq := wanted[len(out)][0]) >= end:
+                    break
+        if len(out) < len(wanted) and wanted[len(out)][0] == seq and seq < end:
+            raise EvidenceError(
+                f"cannot read seq {seq}, which the index holds: {reason} (run verify)")
+    return out
+
+
+def _checked(record: Record, want: str) -> tuple[Entry, bytes]:
+    """The entry of ``record``, held to its CRC-32, canonical decoding, seq and the entry
+    hash the index holds (``want``)."""
+    seq = record.index
+    if not record.crc_ok:
+        raise EvidenceError(f"log damaged at seq {seq}: record fails its CRC-32 (run verify)")
+    try:
+        entry = decode_entry(record.data)
+    except EncodingError as exc:
+        raise EvidenceError(f"log damaged at seq {seq}: {exc} (run verify)") from exc
+    hash_ = entry_hash(record.data)
+    if entry.seq != seq or digest_text(hash_) != want:
+        raise EvidenceError(
+            f"seq {seq} in the log is not the entry the index holds (the log was rewritten "
+            "or damaged; run verify)"
+        )
+    return entry, hash_
