@@ -574,7 +574,9 @@ def update_index(
     Reads only the records past the indexed tree size (complete groups: a writer
     appending meanwhile is seen up to its last acknowledged group). Starts over when the
     index is missing, unreadable, built by other code, or the log no longer holds the
-    last record indexed (rewritten or truncated). One transaction per update.
+    last record indexed (rewritten or truncated). Each chunk is committed as it is
+    inserted; the metadata row, written last, says how far the index holds (an update
+    killed midway is rebuilt, not resumed).
 
     Args:
         ledger: the ledger to index.
