@@ -33,6 +33,22 @@ def resolve_dir(directory: str | os.PathLike[str] | None) -> Path:
     return Path(os.environ.get(ENV_VAR) or DEFAULT_DIR)
 
 
+def decode_record(record: Record) -> tuple[Entry, bytes]:
+    """The entry a log record holds, and its entry hash (32 bytes).
+
+    Raises:
+        EvidenceError: if the record fails its CRC-32 or canonical decoding (the message
+            names its seq).
+    """
+    if not record.crc_ok:
+        raise EvidenceError(f"log damaged at seq {record.index}: record fails its CRC-32")
+    try:
+        entry = decode_entry(record.data)
+    except EncodingError as exc:
+        raise EvidenceError(f"log damaged at seq {record.index}: {exc}") from exc
+    return entry, entry_hash(record.data)
+
+
 @dataclass(frozen=True)
 class Tail:
     """Where the next entry goes.
@@ -83,13 +99,7 @@ class Ledger:
                 raise EvidenceError(f"log damaged at seq {item.index}: {item.reason}")
             if isinstance(item, TornTail):
                 return
-            if not item.crc_ok:
-                raise EvidenceError(f"log damaged at seq {item.index}: record fails its CRC-32")
-            try:
-                entry = decode_entry(item.data)
-            except EncodingError as exc:
-                raise EvidenceError(f"log damaged at seq {item.index}: {exc}") from exc
-            yield entry, entry_hash(item.data)
+            yield decode_record(item)
 
     @contextlib.contextmanager
     def locked_tail(

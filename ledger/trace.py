@@ -20,15 +20,15 @@ from pathlib import Path
 
 import duckdb
 
-from .entries import Entry, decode_entry, entry_hash
-from .errors import EncodingError, EvidenceError, UsageError
+from .entries import Entry
+from .errors import EvidenceError, UsageError
 from .findings import Finding
 from .framing import Damage, Record
 from .index import Progress
 from .index_db import digest_text, one_line
 from .index_query import raise_if_damaged, read_index
 from .lineage import StateNode, run_state_forest
-from .log import Ledger
+from .log import Ledger, decode_record
 
 __all__ = ["CallTrace", "trace_call"]
 
@@ -160,19 +160,12 @@ def _read_entries(
 
 
 def _checked(record: Record, want: str) -> tuple[Entry, bytes]:
-    """The entry of ``record``, held to its CRC-32, canonical decoding, seq and the entry
-    hash the index holds (``want``)."""
-    seq = record.index
-    if not record.crc_ok:
-        raise EvidenceError(f"log damaged at seq {seq}: record fails its CRC-32 (run verify)")
-    try:
-        entry = decode_entry(record.data)
-    except EncodingError as exc:
-        raise EvidenceError(f"log damaged at seq {seq}: {exc} (run verify)") from exc
-    hash_ = entry_hash(record.data)
-    if entry.seq != seq or digest_text(hash_) != want:
+    """The entry of ``record`` and its hash, held to its CRC-32, canonical decoding, seq and
+    the entry hash the index holds (``want``)."""
+    entry, hash_ = decode_record(record)
+    if entry.seq != record.index or digest_text(hash_) != want:
         raise EvidenceError(
-            f"seq {seq} in the log is not the entry the index holds (the log was rewritten "
-            "or damaged; run verify)"
+            f"seq {record.index} in the log is not the entry the index holds (the log was "
+            "rewritten or damaged; run verify)"
         )
     return entry, hash_
