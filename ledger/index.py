@@ -100,7 +100,8 @@ a reader of the index reads at most this many records to reach one it names."""
 AHEAD = 2
 """Batches of :data:`CHUNK` records given to the checker before the one being derived."""
 Progress = Callable[[int, int, int], None]
-"""``progress(entries_done, bytes_done, bytes_total)``, called after each chunk."""
+"""``progress(entries_done, bytes_done, bytes_total)``, called after each chunk: the
+entries and bytes of the log this update has read, of the bytes it will read."""
 
 CallKey = tuple[str, tuple[str, ...], str]
 
@@ -705,11 +706,15 @@ def _catch_up(
     items: Iterator[Record | Damage | TornTail], fresh: bool, progress: Progress | None,
     target: Path,
 ) -> IndexInfo:
-    start = deriver.size
-    total = ledger.store.path.stat().st_size
+    start, first_byte = deriver.size, deriver.offset
+    total = ledger.store.path.stat().st_size - first_byte
+
+    def report() -> None:
+        if progress:
+            progress(deriver.size - start, deriver.offset - first_byte, total)
+
     con.execute("BEGIN TRANSACTION")
-    _load(con, deriver, items, None,
-          lambda: progress and progress(deriver.size - start, deriver.offset, total))
+    _load(con, deriver, items, None, report)
     changed = deriver.take_chains()
     if not fresh and changed.num_rows:
         con.register("_changed", changed.select(["call_seq"]))
@@ -725,8 +730,7 @@ def _catch_up(
     )
     _save_state(target, deriver)
     con.execute("COMMIT")
-    if progress:
-        progress(deriver.size - start, deriver.offset, total)
+    report()
     return IndexInfo(target, deriver.size, root, deriver.size - start, fresh)
 
 

@@ -759,3 +759,19 @@ def test_a_damaged_default_index_is_rebuilt_by_query_and_export(tmp_path):
                      "--out", str(out))
     assert result.code == 0, result.err
     assert run_cli("verify-export", str(out), "--ledger", str(ledger.directory)).code == 0
+
+
+def test_an_incremental_update_reports_progress_over_the_bytes_it_reads(tmp_path):
+    # before: bytes done and total counted the log already indexed, so the bar's estimate
+    # of the entries to come (entries * total / done) was too small and it started late
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    update_index(ledger)
+    indexed = ledger.store.path.stat().st_size
+    writer = EvidenceWriter(ledger)
+    for i in range(7):
+        writer.run_end(run_id=f"late-{i}", status="completed")
+    reports = []
+    update_index(ledger, progress=lambda *report: reports.append(report))
+    assert reports[-1] == (7, ledger.store.path.stat().st_size - indexed,
+                           ledger.store.path.stat().st_size - indexed)
