@@ -82,6 +82,7 @@ __all__ = [
     "Deriver",
     "IndexInfo",
     "Progress",
+    "checked_index_path",
     "derive",
     "index_lock",
     "index_path",
@@ -386,11 +387,50 @@ def refuse_non_regular(target: Path) -> None:
             continue
         except OSError as exc:
             raise UsageError(f"cannot use index {path}: {problem(exc)}") from exc
+        if stat.S_ISDIR(mode):
+            raise UsageError(f"refusing to use {path} as the index: it is a directory")
         if not stat.S_ISREG(mode):
             raise UsageError(
-                f"refusing to use {path}: it is not a regular file (remove it; the index is "
-                "derived from the log and rebuilt)"
+                f"refusing to use {path} as the index: it is not a regular file (an index "
+                "is derived from the log: name another file with --index)"
             )
+
+
+def checked_index_path(ledger: Ledger, path: str | os.PathLike[str] | None = None) -> Path:
+    """The index file (:func:`index_path`), refused before anything is made beside it
+    (its lock, WAL or state) when it cannot be an index: a path :func:`refuse_non_regular`
+    refuses; a file named by ``path`` that is not a DuckDB database (never replaced); a
+    path in a directory inside the ledger's (its payloads, checkpoints and tree hold only
+    their own files, and ``verify`` flags any other).
+
+    Raises:
+        UsageError: naming the path and why.
+    """
+    target = index_path(ledger, path)
+    refuse_non_regular(target)
+    if path is None:
+        return target
+    home, parent = ledger.directory.resolve(), target.parent.resolve()
+    if parent != home and parent.is_relative_to(home):
+        raise UsageError(
+            f"refusing --index {target}: it is inside the ledger's own directories; name a "
+            f"file outside {home}, or in it"
+        )
+    _refuse_foreign(target)
+    return target
+
+
+def _refuse_foreign(target: Path) -> None:
+    """Refuse to replace an existing file at ``target`` that is not a DuckDB database."""
+    try:
+        foreign = target.exists() and not _is_duckdb_file(target)
+    except OSError as exc:
+        raise UsageError(f"cannot use index {target}: {problem(exc)}") from exc
+    if foreign:
+        raise UsageError(
+            f"refusing to replace {target}: it is not a DuckDB index (delete it if it is a "
+            "damaged index, or name another file with --index)"
+        )
 
 
 def _load_state(target: Path, size: int, last_hash: str) -> Deriver | None:
@@ -518,12 +558,9 @@ def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
     """A new, empty index at ``path``. What is there is replaced when it is a DuckDB file,
     or ``owned`` (the default ``<ledger>/index.duckdb``: a damaged cache of ours);
     another file named by ``--index`` is refused, never clobbered."""
+    if not owned:
+        _refuse_foreign(path)
     try:
-        if path.exists() and not owned and not (path.is_file() and _is_duckdb_file(path)):
-            raise UsageError(
-                f"refusing to replace {path}: it is not a DuckDB index (delete it if it is "
-                "a damaged index, or name another file with --index)"
-            )
         for stale in (path, path.with_name(path.name + ".wal"), _state_path(path)):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
@@ -590,8 +627,7 @@ def update_index(
         EvidenceError: if a record fails integrity (see :class:`Deriver`).
     """
     ledger.require_exists()
-    target = index_path(ledger, path)
-    refuse_non_regular(target)
+    target = checked_index_path(ledger, path)
     with index_lock(target, exclusive=True), _gc_paused():
         con: duckdb.DuckDBPyConnection | None = None
         try:

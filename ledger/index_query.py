@@ -20,7 +20,14 @@ from typing import Any, TypeVar
 import duckdb
 
 from .errors import UsageError
-from .index import Progress, index_lock, index_path, is_current, refuse_non_regular, update_index
+from .index import (
+    Progress,
+    checked_index_path,
+    index_lock,
+    is_current,
+    refuse_non_regular,
+    update_index,
+)
 from .index_db import one_line, one_row
 from .log import Ledger
 
@@ -188,8 +195,7 @@ def _read(
     ledger: Ledger, read: Callable[[duckdb.DuckDBPyConnection, Path], T],
     path: str | os.PathLike[str] | None, rebuild: bool, progress: Progress | None,
 ) -> T:
-    target = index_path(ledger, path)
-    refuse_non_regular(target)
+    target = checked_index_path(ledger, path)
     if not rebuild and target.is_file():
         with index_lock(target, exclusive=False):
             try:

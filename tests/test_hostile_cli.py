@@ -324,3 +324,38 @@ def test_a_closed_standard_stream_is_bad_usage_not_a_traceback(tmp_path, closed)
         assert err == ("" if closed == "1 2" else
                        "evidence-ledger: usage error: standard output is closed (redirect it "
                        "to a file or to /dev/null)\n")
+
+
+@pytest.mark.parametrize("command", [("query", "SELECT 1"), ("trace", "c1")])
+def test_a_refused_index_file_gets_no_lock_file_beside_it(tmp_path, command):
+    # before: the lock was taken first, so a refused --index left <file>.lock behind (in
+    # the ledger's checkpoints directory, it then failed verify with checkpoint_format)
+    ingest(tmp_path / "l")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    result = run_cli(command[0], "--ledger", str(tmp_path / "l"), "--index", str(notes),
+                     *command[1:])
+    assert result.code == 2 and "is not a DuckDB index" in result.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l", "notes.txt"]
+
+
+@pytest.mark.parametrize("inside", ["payloads/x.duckdb", "checkpoints/x.duckdb", "new/x.duckdb"])
+def test_an_index_inside_the_ledgers_own_directories_is_refused(tmp_path, inside):
+    # before: --index L/checkpoints/x.duckdb wrote the index there, and verify then
+    # failed (checkpoint_format: unexpected file)
+    ingest(tmp_path)
+    (tmp_path / "checkpoints").mkdir(exist_ok=True)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = run_cli("query", "--ledger", str(tmp_path), "--index", str(tmp_path / inside),
+                     "SELECT 1")
+    assert result.code == 2 and "inside the ledger's own directories" in result.err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert run_cli("verify", "--ledger", str(tmp_path)).code == 0
+
+
+def test_a_directory_named_as_the_index_is_refused_without_advice_to_remove_it(tmp_path):
+    # before: "... not a regular file (remove it; ...)" for the ledger directory itself
+    ingest(tmp_path / "l")
+    result = run_cli("query", "--ledger", str(tmp_path / "l"), "--index", str(tmp_path / "l"),
+                     "SELECT 1")
+    assert result.code == 2 and "is a directory" in result.err and "remove" not in result.err
