@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -395,18 +395,29 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (open for the life of the process)
     if sys.stdout is None:
         output.stderr.print(
-            "evidence-ledger: usage error: standard output is closed (redirect it to a file "
-            "or to /dev/null)", highlight=False, markup=False,
+            "evidence-ledger: error: standard output is closed (redirect it to a file or to "
+            "/dev/null)", highlight=False, markup=False,
         )
         sys.exit(2)
+    stdout, sys.stdout = sys.stdout, output.CheckedStdout(sys.stdout)
+    try:
+        _run(args, verbose)
+    finally:
+        sys.stdout = stdout
+
+
+def _run(args: list[str], verbose: bool) -> NoReturn:
     try:
         code = _command().main(args=args, prog_name="evidence-ledger", standalone_mode=False)
+        sys.stdout.flush()
     except (typer.Abort, KeyboardInterrupt):
         output.stderr.print("evidence-ledger: aborted")
         sys.exit(130)
     except LedgerError as exc:
         if verbose:
             traceback.print_exc()
+        if isinstance(exc, output.OutputError):
+            output.discard_stdout()
         output.stderr.print(f"evidence-ledger: error: {exc}", highlight=False, markup=False)
         sys.exit(exc.exit_code)
     except Exception as exc:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,7 +15,47 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from ledger.chains import CallChain
+from ledger.errors import UsageError
+from ledger.fsutil import problem
 from ledger.verify import Report
+
+
+class OutputError(UsageError):
+    """Standard output cannot be written: closed, a reader that stopped (broken pipe), a
+    full device. Not evidence: exit 2."""
+
+
+class CheckedStdout:
+    """A text stream (``sys.stdout``) whose failed writes and flushes raise
+    :class:`OutputError` naming the reason; everything else is the stream's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise OutputError(f"cannot write standard output: {problem(exc)}") from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise OutputError(f"cannot write standard output: {problem(exc)}") from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def discard_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that what is left in the stream's buffer
+    is not written (and does not fail again) when the interpreter exits."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())  # type: ignore[union-attr]
+        os.close(devnull)
+
 
 # Piped or redirected output keeps whole table rows instead of wrapping at 80 columns.
 _WIDTH = None if sys.stdout is not None and sys.stdout.isatty() else 200  # None: closed

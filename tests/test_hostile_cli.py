@@ -12,6 +12,8 @@ from cli.main import _command
 from ledger import keys
 from ledger import writer as writer_mod
 from ledger.framing import MAX_RECORD
+from ledger.log import Ledger
+from ledger.writer import EvidenceWriter
 from tests.helpers import DATA, ingest, run_cli
 
 
@@ -322,8 +324,8 @@ def test_a_closed_standard_stream_is_bad_usage_not_a_traceback(tmp_path, closed)
     else:
         assert code.stdout.strip() == "2"
         assert err == ("" if closed == "1 2" else
-                       "evidence-ledger: usage error: standard output is closed (redirect it "
-                       "to a file or to /dev/null)\n")
+                       "evidence-ledger: error: standard output is closed (redirect it to a "
+                       "file or to /dev/null)\n")
 
 
 @pytest.mark.parametrize("command", [("query", "SELECT 1"), ("trace", "c1")])
@@ -359,3 +361,23 @@ def test_a_directory_named_as_the_index_is_refused_without_advice_to_remove_it(t
     result = run_cli("query", "--ledger", str(tmp_path / "l"), "--index", str(tmp_path / "l"),
                      "SELECT 1")
     assert result.code == 2 and "is a directory" in result.err and "remove" not in result.err
+
+
+@pytest.mark.parametrize("sink", ["a reader that stops", "a full device"])
+def test_output_that_cannot_be_written_is_bad_usage_not_a_failed_verification(tmp_path, sink):
+    # before: a broken pipe exited 1 (as a failed verification) saying nothing (rich's
+    # own handler), and a full device said "internal error: OSError"
+    w = EvidenceWriter(Ledger(tmp_path))
+    for i in range(400):  # far more lines than a pipe holds
+        w.run_end(run_id=f"run-{i}", status="completed")
+    cli = f'"{sys.executable}" -c "from cli.main import main; main()" log --ledger "{tmp_path}"'
+    err = tmp_path / "err"
+    if sink == "a full device":
+        shell, reason = f'{cli} --json 2>"{err}" >/dev/full; echo $?', "No space left on device"
+    else:
+        shell = f'{cli} 2>"{err}" | head -n1 >/dev/null; echo ${{PIPESTATUS[0]}}'
+        reason = "Broken pipe"
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).parent.parent)
+    assert done.stdout == "2\n"
+    assert err.read_text() == f"evidence-ledger: error: cannot write standard output: {reason}\n"
