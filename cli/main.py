@@ -240,6 +240,11 @@ def trace(
         output.stdout.print(
             f"[red]{escape(v.rule)}[/] at seq {v.seq}: {escape(v.detail)}", highlight=False
         )
+    if not found.violations:
+        output.stdout.print(
+            "no rule broken by this call (payloads and checkpoints: verify)",
+            highlight=False, markup=False,
+        )
 
 
 @app.command()

@@ -365,6 +365,7 @@ def test_trace_prints_the_run_state_tree(tmp_path: Path) -> None:
         "  └─ s-c  loaded@8  resume@9  ran c1@10  leg interrupted@15",
         "    └─ s-d  to_state@16  resume@18  resume@20  leg failed@19  leg completed@23",
         "  s-b  to_state@3  resume@5  pending c1  leg interrupted@6",
+        "no rule broken by this call (payloads and checkpoints: verify)",
     ]
 
 

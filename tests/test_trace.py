@@ -164,3 +164,10 @@ def test_trace_prints_times_as_query_does_with_z(tmp_path):
     many_runs(tmp_path)
     line = run_cli("trace", "c3", "--ledger", str(tmp_path)).out.splitlines()[0]
     assert re.fullmatch(r"\s+12  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z  call .*", line), line
+
+
+def test_trace_says_when_the_call_broke_no_rule(tmp_path):
+    # before: the text ended after the timeline, saying nothing of violations
+    many_runs(tmp_path)
+    text = run_cli("trace", "c3", "--ledger", str(tmp_path)).out
+    assert text.splitlines()[-1] == "no rule broken by this call (payloads and checkpoints: verify)"
