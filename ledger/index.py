@@ -406,6 +406,8 @@ def checked_index_path(ledger: Ledger, path: str | os.PathLike[str] | None = Non
     Raises:
         UsageError: naming the path and why.
     """
+    if path is not None and Path(path).name in ("", ".", ".."):
+        raise UsageError(f"--index names no file ({str(path)!r}): give the index file's path")
     target = index_path(ledger, path)
     refuse_non_regular(target)
     if path is None:

@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import duckdb
 
@@ -26,7 +27,7 @@ from .findings import Finding
 from .framing import Damage, Record
 from .index import Progress
 from .index_db import digest_text, one_line
-from .index_query import raise_if_damaged, read_index
+from .index_query import DamagedIndexError, raise_if_damaged, read_index
 from .lineage import StateNode, run_state_forest
 from .log import Ledger, decode_record
 
@@ -56,15 +57,20 @@ class CallTrace:
 @dataclass(frozen=True)
 class _Found:
     """What the index says of a call: every entry of its runs (seq, entry hash text,
-    whether it names the call), the log blocks, the violations, the tree size."""
+    whether it names the call), the log blocks, the violations, the tree size, the runs."""
 
     entries: list[tuple[int, str, bool]]
     blocks: list[tuple[int, int]]
     violations: list[Finding]
     tree_size: int
+    runs: frozenset[str]
 
 
 _OWN = "call_id = $call_id AND ($run_id::VARCHAR IS NULL OR run_id = $run_id)"
+
+
+class _Mismatch(Exception):
+    """The index names a record the log does not hold as the index says."""
 
 
 def trace_call(
@@ -78,6 +84,11 @@ def trace_call(
 ) -> CallTrace:
     """The entries, violations and run-state lineage of ``call_id``.
 
+    When a record the index names is not in the log as the index holds it (its position,
+    CRC-32, decoding, seq, entry hash, run or call), the index is treated as damaged
+    (:class:`~ledger.index_query.DamagedIndexError`): the default index is rebuilt, which
+    reads the whole log again and stops at a damaged record (EvidenceError).
+
     Args:
         ledger: the ledger.
         call_id: the call to follow (every run and scope that holds it, unless ``run_id``).
@@ -88,26 +99,68 @@ def trace_call(
 
     Raises:
         UsageError: if no entry names the call (in ``run_id``), or the index cannot be
-            read or written.
-        EvidenceError: if the log fails integrity while indexing, or a record the index
-            names no longer matches it (damaged or rewritten since).
+            read or written; DamagedIndexError for an index named by ``index`` that does
+            not match the log.
+        EvidenceError: if the log fails integrity while indexing.
     """
-    found = read_index(
-        ledger, lambda con, path: _find(con, path, call_id, run_id), index,
+    if not all(_is_utf8(text) for text in (call_id, run_id or "")):
+        _no_entry(call_id, run_id)  # entries hold UTF-8 strings only
+    return read_index(
+        ledger, lambda con, path: _trace(ledger, con, path, call_id, run_id), index,
         rebuild=rebuild, progress=progress,
     )
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: bytes of a command line that are not UTF-8
+        return False
+    return True
+
+
+def _no_entry(call_id: str, run_id: str | None) -> NoReturn:
+    where = f" in run {run_id!r}" if run_id is not None else ""
+    raise UsageError(f"no entry names call_id {call_id!r}{where}")
+
+
+def _trace(
+    ledger: Ledger, con: duckdb.DuckDBPyConnection, path: Path, call_id: str,
+    run_id: str | None,
+) -> CallTrace:
+    found = _find(con, path, call_id, run_id)
     if not any(own for _, _, own in found.entries):
-        where = f" in run {run_id!r}" if run_id is not None else ""
-        raise UsageError(f"no entry names call_id {call_id!r}{where}")
-    read = _read_entries(ledger, [(seq, hash_) for seq, hash_, _ in found.entries], found.blocks)
-    own = [pair for pair, (_, _, mine) in zip(read, found.entries, strict=True) if mine]
-    return CallTrace(own, found.violations, run_state_forest(e for e, _ in read),
-                     found.tree_size)
+        _no_entry(call_id, run_id)
+    try:
+        read = _read_entries(ledger, [(seq, hash_) for seq, hash_, _ in found.entries],
+                             found.blocks)
+        own = [_owned(pair, mine, found.runs, call_id, run_id)
+               for pair, (_, _, mine) in zip(read, found.entries, strict=True)]
+    except _Mismatch as exc:
+        raise DamagedIndexError(
+            f"index {path} does not match the log ({exc}); run again with --rebuild"
+        ) from exc
+    return CallTrace([pair for pair, mine in zip(read, own, strict=True) if mine],
+                     found.violations, run_state_forest(e for e, _ in read), found.tree_size)
+
+
+def _owned(
+    pair: tuple[Entry, bytes], mine: bool, runs: frozenset[str], call_id: str,
+    run_id: str | None,
+) -> bool:
+    """Whether the entry names the call, as the index says (else :class:`_Mismatch`);
+    it must be of one of the call's runs too."""
+    body = pair[0].body
+    names = body.get("call_id") == call_id and run_id in (None, body.get("run_id"))
+    if names != mine or body.get("run_id") not in runs:
+        raise _Mismatch(f"seq {pair[0].seq} is not of the call or runs the index says")
+    return mine
 
 
 def _find(con: duckdb.DuckDBPyConnection, path: Path, call_id: str, run_id: str | None) -> _Found:
     params = {"call_id": call_id, "run_id": run_id}
     try:
+        runs = con.execute(f"SELECT DISTINCT run_id FROM entries WHERE {_OWN}", params).fetchall()
         entries = con.execute(
             f"SELECT seq, entry_hash, coalesce({_OWN}, false) FROM entries WHERE run_id IN "
             f"(SELECT run_id FROM entries WHERE {_OWN}) ORDER BY seq", params,
@@ -126,7 +179,7 @@ def _find(con: duckdb.DuckDBPyConnection, path: Path, call_id: str, run_id: str 
         [(seq, hash_, own) for seq, hash_, own in entries], [tuple(b) for b in blocks],
         [Finding(rule, seq, detail, run, tuple(scope), call)
          for rule, seq, detail, run, scope, call in violations],
-        int(tree_size),
+        int(tree_size), frozenset(run for (run,) in runs),
     )
 
 
@@ -134,38 +187,46 @@ def _read_entries(
     ledger: Ledger, wanted: Sequence[tuple[int, str]], blocks: Sequence[tuple[int, int]]
 ) -> list[tuple[Entry, bytes]]:
     """Read the records at the wanted seqs (ascending, each with the entry hash the index
-    holds, as ``sha256:`` text), each read starting at the last block at or before one."""
+    holds, as ``sha256:`` text), each read starting at the last block at or before one.
+
+    Raises:
+        _Mismatch: naming the first record not found as the index holds it.
+    """
     starts = [first for first, _ in blocks]
     out: list[tuple[Entry, bytes]] = []
     while len(out) < len(wanted):
         seq = wanted[len(out)][0]
         block = bisect.bisect_right(starts, seq) - 1
         if block < 0:
-            raise EvidenceError(f"the index has no log position for seq {seq} (run with --rebuild)")
+            raise _Mismatch(f"no log position for seq {seq}")
         first, offset = blocks[block]
         end = starts[block + 1] if block + 1 < len(starts) else math.inf
         reason = "the log ends before it"
-        for item in ledger.store.scan(offset, first):
-            if not isinstance(item, Record):
-                reason = item.reason if isinstance(item, Damage) else reason
-                break
-            if item.index == seq:
-                out.append(_checked(item, wanted[len(out)][1]))
-                if len(out) == len(wanted) or (seq := wanted[len(out)][0]) >= end:
+        try:
+            for item in ledger.store.scan(offset, first):
+                if not isinstance(item, Record):
+                    reason = item.reason if isinstance(item, Damage) else reason
                     break
+                if item.index == seq:
+                    out.append(_checked(item, wanted[len(out)][1]))
+                    if len(out) == len(wanted) or (seq := wanted[len(out)][0]) >= end:
+                        break
+        except (OSError, ValueError, EvidenceError) as exc:  # an offset out of the file
+            raise _Mismatch(f"seq {seq}: {exc}") from exc
         if len(out) < len(wanted) and wanted[len(out)][0] == seq and seq < end:
-            raise EvidenceError(
-                f"cannot read seq {seq}, which the index holds: {reason} (run verify)")
+            raise _Mismatch(f"cannot read seq {seq}: {reason}")
     return out
 
 
 def _checked(record: Record, want: str) -> tuple[Entry, bytes]:
     """The entry of ``record`` and its hash, held to its CRC-32, canonical decoding, seq and
-    the entry hash the index holds (``want``)."""
+    the entry hash the index holds (``want``).
+
+    Raises:
+        EvidenceError: if it fails its CRC-32 or decoding.
+        _Mismatch: if its seq or entry hash is not the index's.
+    """
     entry, hash_ = decode_record(record)
     if entry.seq != record.index or digest_text(hash_) != want:
-        raise EvidenceError(
-            f"seq {record.index} in the log is not the entry the index holds (the log was "
-            "rewritten or damaged; run verify)"
-        )
+        raise _Mismatch(f"seq {record.index} is not the entry the index holds")
     return entry, hash_

@@ -381,3 +381,11 @@ def test_output_that_cannot_be_written_is_bad_usage_not_a_failed_verification(tm
                           cwd=Path(__file__).parent.parent)
     assert done.stdout == "2\n"
     assert err.read_text() == f"evidence-ledger: error: cannot write standard output: {reason}\n"
+
+
+@pytest.mark.parametrize("command", [("query", "SELECT 1"), ("trace", "c1")])
+def test_an_empty_index_path_is_bad_usage(tmp_path, command):
+    # before: "internal error: ValueError: PosixPath('.') has an empty name" (exit 1)
+    ingest(tmp_path)
+    result = run_cli(command[0], "--ledger", str(tmp_path), "--index", "", *command[1:])
+    assert result.code == 2 and "--index names no file" in result.err

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from ledger import index as index_mod
@@ -138,8 +139,55 @@ def test_a_record_rewritten_after_indexing_is_evidence_that_fails(tmp_path):
     update_index(ledger)
     forge_entry(tmp_path, 40, lambda data: data.replace(b"agent-a", b"agent-b"))
     result = run_cli("trace", "c10", "--ledger", str(tmp_path))
+    # the index no longer matches the log: rebuilt, which finds the broken link
     assert result.code == 1
-    assert "seq 40 in the log is not the entry the index holds" in result.err
+    assert "log damaged at seq 41: seq or prev does not continue the log" in result.err
+
+
+EDITS = {
+    "call_id of another call's entries": "UPDATE entries SET call_id = 'c10' WHERE seq IN (0, 1)",
+    "a run moved": "UPDATE entries SET run_id = 'r10' WHERE seq = 4",
+    "a block offset mid-record": "UPDATE log_blocks SET log_offset = 5 WHERE first_seq = 40",
+    "a block offset past the log": "UPDATE log_blocks SET log_offset = 9223372036854775807",
+    "a negative block offset": "UPDATE log_blocks SET log_offset = -100",
+    "no blocks": "DELETE FROM log_blocks",
+    "a hash": "UPDATE entries SET entry_hash = 'sha256:' || repeat('0', 64) WHERE seq = 41",
+}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_an_index_that_does_not_match_the_log_is_rebuilt_never_shown(tmp_path, edit):
+    # before: rows or offsets edited in the index showed other entries as the call's
+    # (exit 0), or failed as if the log were damaged (exit 1, an OSError for bad offsets)
+    ledger = many_runs(tmp_path)
+    want = full_pass_trace(ledger, "c10")
+    update_index(ledger)
+    with duckdb.connect(str(tmp_path / "index.duckdb")) as con:
+        con.execute(EDITS[edit])
+    result = run_cli("trace", "c10", "--ledger", str(tmp_path), "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == want
+
+
+def test_a_named_index_that_does_not_match_the_log_needs_rebuild(tmp_path):
+    ledger = many_runs(tmp_path / "l")
+    named = tmp_path / "named.duckdb"
+    update_index(ledger, named)
+    with duckdb.connect(str(named)) as con:
+        con.execute(EDITS["call_id of another call's entries"])
+    args = ("trace", "c10", "--ledger", str(ledger.directory), "--index", str(named))
+    result = run_cli(*args)
+    assert result.code == 2 and "does not match the log" in result.err
+    assert "run again with --rebuild" in result.err and result.err.count("\n") == 1
+    assert run_cli(*args, "--rebuild").code == 0
+
+
+@pytest.mark.parametrize("call_id", ["\udcff", "c\udc80"])
+def test_a_call_id_that_is_not_utf8_names_no_entry(tmp_path, call_id):
+    # before: "cannot read index ...: Python Conversion Failure" (blaming the index)
+    many_runs(tmp_path)
+    result = run_cli("trace", call_id, "--ledger", str(tmp_path))
+    assert result.code == 2 and "no entry names call_id" in result.err
 
 
 def test_trace_takes_another_index_and_rebuilds_it_when_asked(tmp_path):
