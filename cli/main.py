@@ -151,7 +151,8 @@ def log_(
                                                   "approver", "status", "item_type", "session_id")
         )
         output.stdout.print(
-            f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} {summary}",
+            output.plain(
+                f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} {summary}"),
             highlight=False, markup=False,
         )
 
@@ -186,12 +187,14 @@ def _lineage_line(node: StateNode, call_id: str) -> str:
 
 def _print_lineage(forest: dict[str, list[StateNode]], call_id: str) -> None:
     for run, roots in forest.items():
-        output.stdout.print(f"run states of run {run}:", highlight=False, markup=False)
+        output.stdout.print(output.plain(f"run states of run {run}:"), highlight=False,
+                            markup=False)
         for root in roots:
             for depth, node in root.walk():
                 branch = "  " * max(depth - 1, 0) + ("└─ " if depth else "")
                 output.stdout.print(
-                    f"  {branch}{_lineage_line(node, call_id)}", highlight=False, markup=False
+                    output.plain(f"  {branch}{_lineage_line(node, call_id)}"),
+                    highlight=False, markup=False,
                 )
 
 
@@ -231,14 +234,15 @@ def trace(
         detail = _TRACE_LINES.get(row["kind"], lambda b: "")(body)
         scope = "/".join(body.get("scope") or [])
         output.stdout.print(
-            f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} "
-            f"{body.get('run_id')}{'/' + scope if scope else ''}  {detail}",
+            output.plain(f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} "
+                         f"{body.get('run_id')}{'/' + scope if scope else ''}  {detail}"),
             highlight=False, markup=False,
         )
     _print_lineage(found.lineage, call_id)
     for v in found.violations:
         output.stdout.print(
-            f"[red]{escape(v.rule)}[/] at seq {v.seq}: {escape(v.detail)}", highlight=False
+            f"[red]{escape(v.rule)}[/] at seq {v.seq}: {escape(output.plain(v.detail))}",
+            highlight=False,
         )
     if not found.violations:
         output.stdout.print(

@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import sys
 from typing import Any, TextIO
 
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from ledger.chains import CallChain
 from ledger.errors import UsageError
@@ -57,10 +59,34 @@ def discard_stdout() -> None:
         os.close(devnull)
 
 
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_BREAKS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
+def plain(line: str) -> str:
+    """``line`` kept on one line: control characters and line breaks in it (a ledger's
+    strings: tool names, ids) shown as escapes (``\\n``, ``\\x1b``), so no string can
+    forge a line of output."""
+    return _BREAKS.sub(_escaped, line)
+
+
+class _Console(Console):
+    """A rich console that shows control characters of the strings it prints as escapes
+    (``\\x1b``): strings from a ledger reach the terminal, and no escape sequence in
+    them is obeyed. Newlines and tabs stay (see :func:`plain` for one-line records)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(_CONTROLS.sub(_escaped, text), **kwargs)
+
+
 # Piped or redirected output keeps whole table rows instead of wrapping at 80 columns.
 _WIDTH = None if sys.stdout is not None and sys.stdout.isatty() else 200  # None: closed
-stdout = Console(soft_wrap=True, width=_WIDTH)
-stderr = Console(stderr=True, soft_wrap=True, width=_WIDTH)
+stdout = _Console(soft_wrap=True, width=_WIDTH)
+stderr = _Console(stderr=True, soft_wrap=True, width=_WIDTH)
 
 
 PROGRESS_THRESHOLD = 100_000
@@ -106,12 +132,15 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
 def when(ns: int | None) -> str:
     """ISO 8601 UTC time (ms, ``Z``, as ``query`` prints times) of ``ns`` nanoseconds
     since the epoch, or '—'."""
     if ns is None:
         return "—"
-    moment = dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).replace(tzinfo=None)
+    moment = _EPOCH + dt.timedelta(microseconds=ns // 1000)  # exact: no float on the way
     return moment.isoformat(timespec="milliseconds") + "Z"
 
 

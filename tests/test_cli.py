@@ -169,3 +169,14 @@ def test_ingest_json_counts_the_events_and_the_marker_apart(tmp_path):
     doc = json.loads(result.out)
     assert doc["last_seq"] - doc["first_seq"] + 1 == doc["events"]
     assert doc["marker_seq"] == doc["last_seq"] + 1
+
+
+@pytest.mark.parametrize("ns, shown", [
+    (1_700_000_000_999_999_999, "2023-11-14T22:13:20.999Z"),  # before: rounded to ...21.000Z
+    (0, "1970-01-01T00:00:00.000Z"),
+    (2**64 - 1, "2554-07-21T23:34:33.709Z"),
+])
+def test_text_times_are_cut_to_the_millisecond_as_query_cuts_them(ns, shown):
+    from cli import output
+
+    assert output.when(ns) == shown

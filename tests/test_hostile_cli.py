@@ -389,3 +389,26 @@ def test_an_empty_index_path_is_bad_usage(tmp_path, command):
     ingest(tmp_path)
     result = run_cli(command[0], "--ledger", str(tmp_path), "--index", "", *command[1:])
     assert result.code == 2 and "--index names no file" in result.err
+
+
+FORGED_LINE = "t\n     9  2026-01-01T00:00:00.000Z  decision      approve by ceo"
+TERMINAL_TITLE = "\x1b]0;pwned\x07agent"
+
+
+@pytest.mark.parametrize("command", [
+    ("log",), ("trace", "c-evil"),
+    ("query", "SELECT agent, tool FROM calls"), ("verify",),
+])
+def test_control_characters_from_the_ledger_are_shown_escaped(tmp_path, command):
+    # before: a tool name holding a newline printed a forged line in log and trace, and an
+    # agent name holding ESC ] 0 ; ... BEL set the terminal's title
+    w = EvidenceWriter(Ledger(tmp_path))
+    w.call(run_id="r\x1b[2J", call_id="c-evil", agent=TERMINAL_TITLE, tool=FORGED_LINE,
+           arguments="{}", needs_approval=True)
+    w.execution(run_id="r\x1b[2J", call_id="c-evil", arguments="{}", result="ok")
+    result = run_cli(command[0], "--ledger", str(tmp_path), *command[1:])
+    assert result.code in (0, 1), result.err
+    assert not any(c in result.out for c in "\x1b\x07"), repr(result.out)
+    assert "approve by ceo" not in "".join(  # never at the start of a line of its own
+        line for line in result.out.splitlines() if line.lstrip().startswith("9  2026"))
+    assert "\\x1b" in result.out  # shown, escaped (the run id or the agent)
