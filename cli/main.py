@@ -213,7 +213,8 @@ def trace(
 
     Found through the DuckDB index (brought up to date first, as for query); the call's
     entries are read back from the log and checked against it. Payloads and checkpoints
-    are checked by verify.
+    are checked by verify. The index is trusted like any file in the ledger directory: for
+    a ledger received from someone else, pass --rebuild.
     """
     book = open_ledger(ledger)
     with output.ProgressBar("indexing") as bar:

@@ -38,16 +38,21 @@ class CheckedStdout:
         try:
             return self._stream.write(text)
         except OSError as exc:
-            raise OutputError(f"cannot write standard output: {problem(exc)}") from exc
+            raise OutputError(_unwritten(exc)) from exc
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except OSError as exc:
-            raise OutputError(f"cannot write standard output: {problem(exc)}") from exc
+            raise OutputError(_unwritten(exc)) from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _unwritten(exc: OSError) -> str:
+    return (f"cannot write standard output: {problem(exc)} (the command ran; only its output "
+            "is lost)")
 
 
 def discard_stdout() -> None:
@@ -59,8 +64,9 @@ def discard_stdout() -> None:
         os.close(devnull)
 
 
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_BREAKS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # reorder what a terminal shows
+_CONTROLS = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
+_BREAKS = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f\\u2028\\u2029{_BIDI}]")
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -85,8 +91,8 @@ class _Console(Console):
 
 # Piped or redirected output keeps whole table rows instead of wrapping at 80 columns.
 _WIDTH = None if sys.stdout is not None and sys.stdout.isatty() else 200  # None: closed
-stdout = _Console(soft_wrap=True, width=_WIDTH)
-stderr = _Console(stderr=True, soft_wrap=True, width=_WIDTH)
+stdout = _Console(soft_wrap=True, width=_WIDTH, emoji=False)  # ":skull:" stays as it is
+stderr = _Console(stderr=True, soft_wrap=True, width=_WIDTH, emoji=False)
 
 
 PROGRESS_THRESHOLD = 100_000

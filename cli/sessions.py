@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from ledger.errors import EvidenceError, UsageError
 from ledger.sessions.apply_store import apply_store_repair
@@ -54,14 +55,14 @@ TableOpt = Annotated[
 ]
 
 
-def _say(text: str) -> None:
-    output.stdout.print(text, highlight=False, markup=False)
+def _say(line: str) -> None:
+    output.stdout.print(output.plain(line), highlight=False, markup=False)
 
 
 def _print_scan(report: ScanReport) -> None:
     contents = report.contents
     for notice in contents.notices:
-        output.stdout.print(f"[yellow]notice[/]: {notice}", highlight=False)
+        output.stdout.print(f"[yellow]notice[/]: {escape(output.plain(notice))}", highlight=False)
     dirty = 0
     for session in contents.sessions:
         findings = report.findings[session.session_id]

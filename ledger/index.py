@@ -400,23 +400,26 @@ def checked_index_path(ledger: Ledger, path: str | os.PathLike[str] | None = Non
     """The index file (:func:`index_path`), refused before anything is made beside it
     (its lock, WAL or state) when it cannot be an index: a path :func:`refuse_non_regular`
     refuses; a file named by ``path`` that is not a DuckDB database (never replaced); a
-    path in a directory inside the ledger's (its payloads, checkpoints and tree hold only
-    their own files, and ``verify`` flags any other).
+    path inside the ledger directory other than the default index (the ledger's files and
+    directories there are its own: ``torn``, ``tree/``, ``writer.lock``, ``checkpoints/``;
+    ``verify`` flags any other file in its directories).
 
     Raises:
         UsageError: naming the path and why.
     """
     if path is not None and Path(path).name in ("", ".", ".."):
-        raise UsageError(f"--index names no file ({str(path)!r}): give the index file's path")
+        raise UsageError("--index names no file: give the index file's path")
     target = index_path(ledger, path)
     refuse_non_regular(target)
     if path is None:
         return target
-    home, parent = ledger.directory.resolve(), target.parent.resolve()
-    if parent != home and parent.is_relative_to(home):
+    home = ledger.directory.resolve()
+    if target.parent.resolve() / target.name == home / INDEX_NAME:
+        return target  # the default, named
+    if target.parent.resolve().is_relative_to(home):
         raise UsageError(
-            f"refusing --index {target}: it is inside the ledger's own directories; name a "
-            f"file outside {home}, or in it"
+            f"refusing --index {target}: it is inside the ledger directory, whose files are "
+            f"the ledger's own; name a file outside {home}, or leave out --index"
         )
     _refuse_foreign(target)
     return target

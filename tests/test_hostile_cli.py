@@ -30,7 +30,7 @@ def test_query_index_option_never_replaces_a_file_that_is_not_an_index(tmp_path)
     before = (ledger / "log.bin").read_bytes()
     result = run_cli("query", "--ledger", str(ledger), "--index", str(ledger / "log.bin"),
                      "SELECT 1")
-    assert result.code == 2 and "not a DuckDB index" in result.err
+    assert result.code == 2 and "inside the ledger directory" in result.err
     assert (ledger / "log.bin").read_bytes() == before
 
 
@@ -341,18 +341,29 @@ def test_a_refused_index_file_gets_no_lock_file_beside_it(tmp_path, command):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l", "notes.txt"]
 
 
-@pytest.mark.parametrize("inside", ["payloads/x.duckdb", "checkpoints/x.duckdb", "new/x.duckdb"])
-def test_an_index_inside_the_ledgers_own_directories_is_refused(tmp_path, inside):
-    # before: --index L/checkpoints/x.duckdb wrote the index there, and verify then
-    # failed (checkpoint_format: unexpected file)
+@pytest.mark.parametrize("inside", [
+    "payloads/x.duckdb", "checkpoints/x.duckdb", "new/x.duckdb",  # before: verify failed
+    "torn", "tree", "checkpoints2", "writer",  # before: writers failed, or shared the lock
+])
+def test_an_index_inside_the_ledger_directory_is_refused(tmp_path, inside):
+    # before: --index L/checkpoints/x.duckdb wrote the index there (verify then failed:
+    # checkpoint_format, unexpected file), and L/torn stopped every writer from cutting a
+    # torn tail; L/writer made the index lock the ledger's writer.lock
     ingest(tmp_path)
     (tmp_path / "checkpoints").mkdir(exist_ok=True)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     result = run_cli("query", "--ledger", str(tmp_path), "--index", str(tmp_path / inside),
                      "SELECT 1")
-    assert result.code == 2 and "inside the ledger's own directories" in result.err
+    assert result.code == 2 and "inside the ledger directory" in result.err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert run_cli("verify", "--ledger", str(tmp_path)).code == 0
+
+
+def test_the_default_index_may_be_named_with_index(tmp_path):
+    ingest(tmp_path)
+    result = run_cli("query", "--ledger", str(tmp_path), "--index",
+                     str(tmp_path / "index.duckdb"), "SELECT count(*) AS n FROM entries")
+    assert result.code == 0 and "25" in result.out
 
 
 def test_a_directory_named_as_the_index_is_refused_without_advice_to_remove_it(tmp_path):
@@ -380,7 +391,8 @@ def test_output_that_cannot_be_written_is_bad_usage_not_a_failed_verification(tm
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).parent.parent)
     assert done.stdout == "2\n"
-    assert err.read_text() == f"evidence-ledger: error: cannot write standard output: {reason}\n"
+    assert err.read_text() == (f"evidence-ledger: error: cannot write standard output: {reason} "
+                               "(the command ran; only its output is lost)\n")
 
 
 @pytest.mark.parametrize("command", [("query", "SELECT 1"), ("trace", "c1")])
@@ -412,3 +424,16 @@ def test_control_characters_from_the_ledger_are_shown_escaped(tmp_path, command)
     assert "approve by ceo" not in "".join(  # never at the start of a line of its own
         line for line in result.out.splitlines() if line.lstrip().startswith("9  2026"))
     assert "\\x1b" in result.out  # shown, escaped (the run id or the agent)
+
+
+def test_session_scans_show_line_breaks_bidi_controls_and_emoji_codes_as_they_are(tmp_path):
+    # before: a call_id holding \n or U+2028 printed a finding as several lines, U+202E
+    # reached the terminal, and ":skull:" was shown as an emoji
+    dump = tmp_path / "dump.jsonl"
+    item = {"type": "function_call_output", "call_id": "c\nFORGED\u2028x", "output": "ok"}
+    dump.write_text(json.dumps({"session_id": "s:skull:\u202e", "item": item}) + "\n")
+    result = run_cli("scan-session", str(dump))
+    assert result.code == 1, result.err
+    assert not any(line.startswith("FORGED") for line in result.out.splitlines())
+    assert not any(c in result.out for c in "\u2028\u202e\U0001f480"), repr(result.out)
+    assert "c\\nFORGED\\u2028x" in result.out and "s:skull:\\u202e" in result.out
