@@ -107,7 +107,9 @@ def _in_range(ns: int, text: str) -> int:
 
 
 def _select(table: pa.Table, view: View, since: int | None, until: int | None) -> pa.Table:
-    """Rows with ``since <= t < until`` on the view's time column (no bound: all rows)."""
+    """Rows with ``since <= t < until`` on the view's time column (no bound: all rows). A
+    row whose ``*_ns`` time is NULL but whose TIMESTAMP is set lies past 2^63-1 ns: after
+    any ``since``, and never before an ``until``."""
     if since is None and until is None:
         return table
     column = table[view.time]
@@ -116,6 +118,9 @@ def _select(table: pa.Table, view: View, since: int | None, until: int | None) -
         keep = pc.and_(keep, pc.greater_equal(column, pa.scalar(since, pa.int64())))
     if until is not None:
         keep = pc.and_(keep, pc.less(column, pa.scalar(until, pa.int64())))
+    else:
+        late = pc.and_(pc.is_null(column), pc.is_valid(table[view.time.removesuffix("_ns")]))
+        keep = pc.or_(pc.fill_null(keep, False), late)
     return table.filter(pc.fill_null(keep, False))
 
 

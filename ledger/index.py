@@ -145,8 +145,8 @@ class Deriver:
 
         Raises:
             EvidenceError: at the first record that does not continue the log (its
-                ``seq`` or ``prev``), or that ``checked`` found a problem with (its CRC-32,
-                canonical decoding, or a time past the index's range); run ``verify``.
+                ``seq`` or ``prev``), or that ``checked`` found a problem with (its CRC-32
+                or canonical decoding); run ``verify``.
             ValueError: if ``checked`` is not of this batch at this size (a caller's bug).
         """
         hashes, leaves = checked.hashes, checked.leaves

@@ -23,7 +23,7 @@ from . import merkle
 from .entries import decode_entry, entry_hash
 from .errors import EncodingError
 from .framing import Record
-from .index_db import BODIES, CHECKED_SCHEMAS, MAX_TIME_NS, timestamps
+from .index_db import BODIES, CHECKED_SCHEMAS, exact_ns, timestamps
 
 __all__ = ["CheckedBatch", "check_batch"]
 
@@ -54,8 +54,8 @@ class CheckedBatch:
 def check_batch(records: Sequence[Record]) -> CheckedBatch:
     """Check a non-empty batch of consecutive records, up to the first that fails.
 
-    A record fails when its CRC-32 does not match, it does not decode canonically with
-    the fields of its kind, or its time is past the index's range (:data:`MAX_TIME_NS`).
+    A record fails when its CRC-32 does not match or it does not decode canonically with
+    the fields of its kind.
     Its ``seq`` and ``prev`` are not checked here: they depend on the records before.
 
     Returns:
@@ -74,12 +74,6 @@ def check_batch(records: Sequence[Record]) -> CheckedBatch:
         except EncodingError as exc:
             problem = f"log damaged at seq {seq}: {exc} (run verify)"
             break
-        if entry.time > MAX_TIME_NS:
-            problem = (
-                f"cannot index seq {seq}: its time {entry.time} ns is past the index's "
-                f"range ({MAX_TIME_NS} ns, in the year 2262); verify reads it"
-            )
-            break
         hash_ = entry_hash(data)
         hashes += hash_
         leaves += merkle.leaf_hash(data)
@@ -97,8 +91,9 @@ def check_batch(records: Sequence[Record]) -> CheckedBatch:
 
 def _table(kind: str, rows: list[tuple[object, ...]], bodies: list[dict[str, object]]) -> pa.Table:
     seqs, hashes, prevs, times, refs = zip(*rows, strict=True)
-    ns = pa.array(times, pa.int64())
+    ns = pa.array(times, pa.uint64())
     return pa.Table.from_arrays([
         pa.array(seqs, pa.int64()), pa.array(hashes, pa.binary()), pa.array(prevs, pa.binary()),
-        ns, timestamps(ns), pa.array(refs, pa.list_(pa.string())), pa.array(bodies, BODIES[kind]),
+        exact_ns(ns), timestamps(ns), pa.array(refs, pa.list_(pa.string())),
+        pa.array(bodies, BODIES[kind]),
     ], schema=CHECKED_SCHEMAS[kind])

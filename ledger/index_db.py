@@ -30,6 +30,7 @@ __all__ = [
     "Chunk",
     "View",
     "digest_text",
+    "exact_ns",
     "insert_rows",
     "one_line",
     "one_row",
@@ -39,7 +40,9 @@ __all__ = [
 
 
 MAX_TIME_NS = 2**63 - 1
-"""Latest entry time the index holds (its time columns are BIGINT ns)."""
+"""Latest time the index's ``*_ns`` (BIGINT) columns hold: a later entry time (the format
+allows up to 2^64-1 ns, in the year 2554) is NULL there, and its TIMESTAMP column holds
+it to the microsecond."""
 
 _ARROW = {
     "BIGINT": pa.int64(),
@@ -132,20 +135,34 @@ def digest_text(digest: bytes | None) -> str | None:
 
 
 def rows_table(view: View, rows: list[tuple[Any, ...]]) -> pa.Table:
-    """Rows (tuples in column order; a TIMESTAMP column holds its ns) -> Arrow table."""
+    """Rows (tuples in column order; a TIMESTAMP column ``x`` and its ``x_ns`` column both
+    hold the time in ns, up to 2^64-1) -> Arrow table (see :func:`timestamps`,
+    :func:`exact_ns`)."""
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in view.columns]
+    times = {f"{name}_ns" for name, kind in view.columns if kind == "TIMESTAMP"}
     arrays = []
-    for (_, kind), values in zip(view.columns, columns, strict=True):
+    for (name, kind), values in zip(view.columns, columns, strict=True):
         if kind == "TIMESTAMP":
-            arrays.append(timestamps(pa.array(values, pa.int64())))
+            arrays.append(timestamps(pa.array(values, pa.uint64())))
+        elif name in times:
+            arrays.append(exact_ns(pa.array(values, pa.uint64())))
         else:
             arrays.append(pa.array(values, _ARROW[kind]))
     return pa.Table.from_arrays(arrays, schema=view.schema)
 
 
 def timestamps(ns: pa.Array) -> pa.Array:
-    """ns since the epoch (int64) -> TIMESTAMP (UTC, microseconds)."""
-    return pc.divide(ns, 1000).cast(pa.timestamp("us"))
+    """ns since the epoch (uint64, any entry time) -> TIMESTAMP (UTC, microseconds)."""
+    us = pc.divide(ns.cast(pa.uint64()), pa.scalar(1000, pa.uint64()))
+    return us.cast(pa.int64()).cast(pa.timestamp("us"))
+
+
+def exact_ns(ns: pa.Array) -> pa.Array:
+    """ns since the epoch (uint64) -> the ``*_ns`` BIGINT column: NULL for a time past
+    :data:`MAX_TIME_NS` (its TIMESTAMP column still holds it, to the microsecond)."""
+    ns = ns.cast(pa.uint64())
+    return pc.if_else(pc.greater(ns, pa.scalar(MAX_TIME_NS, pa.uint64())), None, ns).cast(
+        pa.int64())
 
 
 

@@ -4,9 +4,11 @@ The index (:mod:`ledger.index`, brought up to date first) names the entries of t
 that hold the call, the rules the call broke (its ``violations`` rows: the verifier's own
 findings) and where those entries lie in the log (``log_blocks``). The entries are then
 read from the log itself, a block at a time (at most :data:`ledger.index.BLOCK` records
-to reach one), and each is held to its CRC-32, its canonical decoding, its ``seq`` and
-the entry hash the index holds. The rest of the log is not read: payloads, checkpoints
-and the records indexed before are ``verify``'s job.
+to reach one), and each is held to its CRC-32, its canonical decoding, its ``seq``, the
+entry hash the index holds, and its run and call. A record that differs means the index
+does not match the log (a damaged index: the default one is rebuilt). The rest of the log
+is not read, and the rows not read back are trusted as the index is: payloads,
+checkpoints and the records indexed before are ``verify``'s job.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import os
 import pickle
 import re
@@ -561,8 +562,6 @@ def test_docs_describe_every_column_of_every_view():
 
 def test_gated_without_approval_agrees_with_the_verifier_after_a_double_ingest(tmp_path):
     # the same file ingested twice: the second execution is exactly_once, not unapproved
-    import json
-
     events = DATA / "cases" / "ingested_twice.jsonl"
     assert run_cli("ingest", str(events), "--ledger", str(tmp_path)).code == 0
     assert run_cli("ingest", str(events), "--ledger", str(tmp_path), "--again").code == 0
@@ -682,14 +681,34 @@ def test_a_state_of_the_wrong_shape_is_rebuilt_not_an_internal_error(tmp_path):
     assert info.rebuilt and info.tree_size == 26
 
 
-def test_an_entry_time_past_the_index_range_is_one_clear_error(tmp_path):
+@pytest.mark.parametrize("late", [2**63, 2**64 - 1])
+def test_an_entry_time_past_64_bit_ns_is_indexed_with_its_timestamp(tmp_path, late):
+    # before: one such entry anywhere in the log (the format holds times up to 2^64-1 ns)
+    # made query, export and trace refuse the whole ledger, exit 1, while verify passed
     ledger = Ledger(tmp_path)
-    EvidenceWriter(ledger).run_end(run_id="r", status="completed", time_ns=2**63)
-    assert verify_ledger(ledger).ok  # the format holds it; the index's BIGINT does not
-    with pytest.raises(EvidenceError, match="seq 0: its time 9223372036854775808 ns is past"):
-        update_index(ledger)
-    result = run_cli("query", "--ledger", str(tmp_path), "SELECT 1")
-    assert result.code == 1 and result.err.count("\n") == 1 and "past the index" in result.err
+    w = EvidenceWriter(ledger)
+    w.call(run_id="r", call_id="c", agent="a", tool="t", arguments="{}", needs_approval=False,
+           time_ns=T0)
+    w.execution(run_id="r", call_id="c", arguments="{}", result="ok", time_ns=late)
+    assert verify_ledger(ledger).ok
+    rows = run_query(ledger, "SELECT time, time_ns FROM entries ORDER BY seq").rows
+    epoch = dt.datetime(1970, 1, 1)
+    assert rows == [(epoch + dt.timedelta(microseconds=T0 // 1000), T0),
+                    (epoch + dt.timedelta(microseconds=late // 1000), None)]
+    (chain,) = run_query(ledger, "SELECT executed_at, executed_at_ns FROM call_chains").rows
+    assert chain == rows[1]
+    _, derived = derive(ledger.scan())
+    for name in VIEWS:
+        assert table(ledger, name).equals(derived[name]), name
+    assert run_cli("trace", "c", "--ledger", str(tmp_path)).code == 0
+    for bound, kept in (("--since", 1), ("--until", 1)):  # T0 lies before 2026
+        out = tmp_path / f"export{bound}"
+        done = run_cli("export", "--ledger", str(tmp_path), "--format", "jsonl", "--out",
+                       str(out), bound, "2026-01-01", "--json")
+        assert done.code == 0, done.err
+        assert [f["rows"] for f in json.loads(done.out)["files"] if f["view"] == "entries"] == [
+            kept]  # a time past 2^63-1 ns is after any --since and before no --until
+        assert run_cli("verify-export", str(out), "--ledger", str(tmp_path)).code == 0
 
 
 def test_a_finding_names_the_call_its_entry_is_attributed_to(tmp_path):
