@@ -280,8 +280,24 @@ def test_approval_wait_is_decision_minus_call_time(audit):
     assert set(got) == set(waits)
     for approver, values in waits.items():
         assert got[approver]["decisions"] == len(values)
-        assert got[approver]["max_wait_s"] == pytest.approx(max(values) / 1e9)
-        assert got[approver]["mean_wait_s"] == pytest.approx(sum(values) / len(values) / 1e9)
+        # microseconds (the TIMESTAMP columns, which hold every time; *_ns may be NULL)
+        assert got[approver]["max_wait_s"] == pytest.approx(max(values) / 1e9, abs=1e-6)
+        mean = sum(values) / len(values) / 1e9
+        assert got[approver]["mean_wait_s"] == pytest.approx(mean, abs=1e-6)
+
+
+def test_approval_wait_counts_a_decision_past_64_bit_ns(tmp_path):
+    # before: the query read the *_ns columns, NULL for such a time: counted, not averaged
+    ledger = Ledger(tmp_path)
+    w = EvidenceWriter(ledger)
+    for call, decided in (("c1", T0 + 2 * 10**9), ("c2", 2**63 + 10**9)):
+        w.call(run_id="r", call_id=call, agent="a", tool="t", arguments="{}",
+               needs_approval=True, time_ns=T0)
+        w.decision(run_id="r", call_id=call, decision="approve", approver="u", time_ns=decided)
+    (row,) = rows(ledger, canned_queries()["approval_wait"])
+    late = (2**63 + 10**9) // 1000 - T0 // 1000
+    assert row["decisions"] == 2 and row["max_wait_s"] == pytest.approx(late / 1e6)
+    assert row["mean_wait_s"] == pytest.approx((late / 1e6 + 2) / 2)
 
 
 def test_outputs_persisted_for_run(audit):
