@@ -448,3 +448,7 @@ def _run(args: list[str], verbose: bool) -> NoReturn:
         )
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

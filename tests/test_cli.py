@@ -180,3 +180,14 @@ def test_text_times_are_cut_to_the_millisecond_as_query_cuts_them(ns, shown):
     from cli import output
 
     assert output.when(ns) == shown
+
+
+def test_python_m_cli_main_runs_the_cli():
+    # before: python -m cli.main exited 0 printing nothing (no __main__ guard)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-m", "cli.main", "--help"], capture_output=True,
+                          text=True, cwd=Path(__file__).parent.parent, check=False)
+    assert done.returncode == 0 and "evidence-ledger" in done.stdout
