@@ -96,8 +96,9 @@ INDEX_VERSION = 1
 CHUNK = 50_000
 """Records decoded between two bulk inserts."""
 BLOCK = 4096
-"""Records between two rows of ``log_blocks`` (besides the first record of each update):
-a reader of the index reads at most this many records to reach one it names."""
+"""Records between two rows of ``log_blocks`` (besides the first record of each batch an
+update reads): a reader of the index reads at most this many records to reach one it
+names."""
 AHEAD = 2
 """Batches of :data:`CHUNK` records given to the checker before the one being derived."""
 Progress = Callable[[int, int, int], None]
