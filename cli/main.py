@@ -150,11 +150,16 @@ def log_(
             if v not in (None, [], "") and k in ("run_id", "call_id", "agent", "tool", "decision",
                                                   "approver", "status", "item_type", "session_id")
         )
-        output.stdout.print(
-            output.plain(
-                f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} {summary}"),
-            highlight=False, markup=False,
-        )
+        _print_entry_line(row, summary)
+
+
+def _print_entry_line(row: dict[str, Any], text: str) -> None:
+    """One entry on one line (seq, time, kind, then ``text``), as ``log`` and ``trace``
+    print them."""
+    output.stdout.print(
+        output.plain(f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} {text}"),
+        highlight=False, markup=False,
+    )
 
 
 _TRACE_LINES = {
@@ -234,11 +239,7 @@ def trace(
         body = row["body"]
         detail = _TRACE_LINES.get(row["kind"], lambda b: "")(body)
         scope = "/".join(body.get("scope") or [])
-        output.stdout.print(
-            output.plain(f"{row['seq']:>6}  {output.when(row['time'])}  {row['kind']:<13} "
-                         f"{body.get('run_id')}{'/' + scope if scope else ''}  {detail}"),
-            highlight=False, markup=False,
-        )
+        _print_entry_line(row, f"{body.get('run_id')}{'/' + scope if scope else ''}  {detail}")
     _print_lineage(found.lineage, call_id)
     for v in found.violations:
         output.stdout.print(

@@ -162,9 +162,8 @@ def _owned(
 def _find(con: duckdb.DuckDBPyConnection, path: Path, call_id: str, run_id: str | None) -> _Found:
     params = {"call_id": call_id, "run_id": run_id}
     try:
-        runs = con.execute(f"SELECT DISTINCT run_id FROM entries WHERE {_OWN}", params).fetchall()
         entries = con.execute(
-            f"SELECT seq, entry_hash, coalesce({_OWN}, false) FROM entries WHERE run_id IN "
+            f"SELECT seq, entry_hash, coalesce({_OWN}, false), run_id FROM entries WHERE run_id IN "
             f"(SELECT run_id FROM entries WHERE {_OWN}) ORDER BY seq", params,
         ).fetchall()
         blocks = con.execute(
@@ -178,10 +177,10 @@ def _find(con: duckdb.DuckDBPyConnection, path: Path, call_id: str, run_id: str 
         raise_if_damaged(exc, path)
         raise UsageError(f"cannot read index {path}: {one_line(exc)}") from exc
     return _Found(
-        [(seq, hash_, own) for seq, hash_, own in entries], [tuple(b) for b in blocks],
+        [(seq, hash_, own) for seq, hash_, own, _ in entries], [tuple(b) for b in blocks],
         [Finding(rule, seq, detail, run, tuple(scope), call)
          for rule, seq, detail, run, scope, call in violations],
-        int(tree_size), frozenset(run for (run,) in runs),
+        int(tree_size), frozenset(run for _, _, own, run in entries if own),
     )
 
 
