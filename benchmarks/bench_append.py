@@ -11,10 +11,11 @@ import hashlib
 import os
 from pathlib import Path
 
+from evidence_ledger.format.framing import Record
+from evidence_ledger.storage.ledger_dir import Ledger
+
 from benchmarks.common import Row, discard, median_time, scratch
 from benchmarks.workload import build_ledger
-from ledger.framing import Record
-from ledger.log import Ledger
 
 GROUP = 256
 
@@ -31,7 +32,7 @@ def _same_bytes(directory: Path) -> list[bytes]:
 
 
 def _digests(data: bytes) -> list[bytes]:
-    from ledger.entries import PAYLOAD_FIELDS, decode_entry
+    from evidence_ledger.format.entries import PAYLOAD_FIELDS, decode_entry
 
     body = decode_entry(data).body
     return [body[f] for f in PAYLOAD_FIELDS if isinstance(body.get(f), bytes)]

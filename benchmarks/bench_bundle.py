@@ -20,12 +20,13 @@ import argparse
 import platform
 from pathlib import Path
 
+from evidence_ledger.bundle.build import Bundle, build_bundle
+from evidence_ledger.bundle.verify import Selection, verify_bundle
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.tlog.note import Signer
+
 from benchmarks.common import RUNS, Row, empty_trash, median_time, print_table, scratch
 from benchmarks.workload import CHAINS_PER_RUN, build_ledger
-from ledger.bundle import Bundle, build_bundle
-from ledger.bundle_verify import Selection, verify_bundle
-from ledger.log import Ledger
-from ledger.note import Signer
 
 TARGET_BYTES = 16 * 1024
 CHAIN_ENTRIES = 5  # a gated chain: call, decision, execution, two session items

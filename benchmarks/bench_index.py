@@ -36,16 +36,16 @@ from typing import TypeVar
 import duckdb
 import msgpack
 import pyarrow as pa
+from evidence_ledger.format.entries import BODY_FIELDS, decode_entry
+from evidence_ledger.format.framing import Record
+from evidence_ledger.index.build import CHUNK, update_index
+from evidence_ledger.index.export import export_ledger
+from evidence_ledger.index.query import run_query
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.records import verify_records
 
 from benchmarks.common import Row, median_time
-from ledger.entries import BODY_FIELDS, decode_entry
-from ledger.export import export_ledger
-from ledger.framing import Record
-from ledger.index import CHUNK, update_index
-from ledger.index_query import run_query
-from ledger.log import Ledger
-from ledger.verify import verify_records
-from ledger.writer import EvidenceWriter
 
 T = TypeVar("T")
 GROUP = 10_000
@@ -109,7 +109,8 @@ def _chain(w: EvidenceWriter, i: int, t: int) -> int:
 
 def build_floor(ledger: Ledger, target: Path) -> int:
     """The floor of an index build over the same log: per record, read its frame, unpack
-    the MessagePack and take its entry hash; every :data:`ledger.index.CHUNK` entries,
+    the MessagePack and take its entry hash; every :data:`evidence_ledger.index.build.CHUNK`
+    entries,
     bulk-load those entries as they are into DuckDB (one Arrow table per entry kind) and
     commit. No canonical-form check, no rules, no view columns: the least any index of
     this log does. The cyclic GC is paused, as :func:`update_index` pauses it. Returns

@@ -3,10 +3,11 @@
 Two ways of ours, both against pymerkle 7 (GPL; a benchmark-only dependency, never
 imported by the package) holding the same entries in an ``InmemoryTree``:
 
-- *loaded tree*, the like-for-like comparison: one :class:`ledger.proofs.Prover` over
+- *loaded tree*, the like-for-like comparison: one :class:`evidence_ledger.tlog.proofs.Prover` over
   the tree :meth:`TreeStore.update` returns (``nodes.bin`` memory-mapped), as pymerkle
   proves from its tree already in memory. This is what the bundle builder does.
-- *per call*: :func:`ledger.proofs.prove_inclusion` / ``prove_consistency`` as a library
+- *per call*: :func:`evidence_ledger.tlog.proofs.prove_inclusion` / ``prove_consistency`` as a
+library
   caller makes them, once per proof: check the store is current (no lock when nothing
   was appended), map the node file, re-read the entry from the log, make the proof. (The
   CLI's ``inclusion`` / ``consistency`` add one O(n) hashing pass over ``log.bin`` to
@@ -36,12 +37,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from evidence_ledger.format.framing import Record
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.tree_store import TreeStore
+from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
+from evidence_ledger.tlog.proofs import Prover, prove_consistency, prove_inclusion
+
 from benchmarks.common import Row
-from ledger.framing import Record
-from ledger.log import Ledger
-from ledger.proof_verify import verify_consistency, verify_inclusion
-from ledger.proofs import Prover, prove_consistency, prove_inclusion
-from ledger.tree_store import TreeStore
 
 SAMPLES = 300
 REPEATS = 3

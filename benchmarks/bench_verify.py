@@ -16,7 +16,7 @@ from benchmarks.common import RUNS, Row, peak_rss_mb
 
 FLOOR = """
 import hashlib, sys, msgpack
-from ledger.store import FileLogStore
+from evidence_ledger.storage.log_store import FileLogStore
 from pathlib import Path
 n = 0
 for item in FileLogStore(Path(sys.argv[1])).scan():
@@ -29,8 +29,8 @@ for item in FileLogStore(Path(sys.argv[1])).scan():
 
 OURS = """
 import sys
-from ledger.audit import verify_ledger
-from ledger.log import Ledger
+from evidence_ledger.verify.audit import verify_ledger
+from evidence_ledger.storage.ledger_dir import Ledger
 report = verify_ledger(Ledger(sys.argv[1]), payloads=sys.argv[2] == "1")
 assert report.ok, report.violations[:1]
 """

@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from ledger.audit import verify_ledger
-from ledger.errors import StorageError
-from ledger.log import Ledger
-from ledger.writer import EvidenceWriter
+from evidence_ledger.format.errors import StorageError
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
 
 _WRITER_SCRIPT = """
 import random, sys
-from ledger.writer import EvidenceWriter
+from evidence_ledger.record.writer import EvidenceWriter
 writer = EvidenceWriter(sys.argv[1])
 rng = random.Random(int(sys.argv[2]))
 while True:
@@ -135,13 +135,15 @@ def fault_trial(directory: Path, rounds: int = 10) -> Trial:
     the ledger verifiable and writable.
     """
     real_write = os.write
+    LOG, PAYLOADS = "evidence_ledger.storage.log_store", "evidence_ledger.storage.payloads"
     faults: list[tuple[str, dict[str, Any]]] = [
-        ("short write of the log", {"ledger.store.os.write": lambda fd, data: _partial(fd, data)}),
-        ("ENOSPC writing the log", {"ledger.store.os.write": _raise(errno.ENOSPC)}),
-        ("failed syncfs of log and payloads", {"ledger.payloads._syncfs": _raise(errno.EIO)}),
+        ("short write of the log",
+         {f"{LOG}.os.write": lambda fd, data: _partial(fd, data)}),
+        ("ENOSPC writing the log", {f"{LOG}.os.write": _raise(errno.ENOSPC)}),
+        ("failed syncfs of log and payloads", {f"{PAYLOADS}._syncfs": _raise(errno.EIO)}),
         ("failed fsync (no syncfs)",
-         {"ledger.payloads._HAS_SYNCFS": False, "ledger.payloads.os.fsync": _raise(errno.EIO)}),
-        ("ENOSPC renaming a payload", {"ledger.payloads.os.replace": _raise(errno.ENOSPC)}),
+         {f"{PAYLOADS}._HAS_SYNCFS": False, f"{PAYLOADS}.os.fsync": _raise(errno.EIO)}),
+        ("ENOSPC renaming a payload", {f"{PAYLOADS}.os.replace": _raise(errno.ENOSPC)}),
     ]
 
     def _partial(fd: int, data: bytes) -> int:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ledger.writer import EvidenceWriter
+from evidence_ledger.record.writer import EvidenceWriter
 
 CHAINS_PER_RUN = 40
 

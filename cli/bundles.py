@@ -1,9 +1,11 @@
 """Proof-bundle commands: ``prove`` (build a signed, offline-verifiable bundle) and
 ``verify-proof`` (check one without the ledger).
 
-Thin: parse arguments, call :mod:`ledger.bundle` / :mod:`ledger.bundle_verify`, print.
-Errors are :mod:`ledger.errors` types, turned into one line and an exit code by the
-handler in ``cli.main`` (EvidenceError: 1, UsageError: 2). Every string that came from
+Thin: parse arguments, call :mod:`evidence_ledger.bundle.build` /
+:mod:`evidence_ledger.bundle.verify`, print.
+Errors are :mod:`evidence_ledger.format.errors` types, turned into one line and an exit code by the
+handler in ``evidence_ledger.cli.main`` (EvidenceError: 1, UsageError: 2). Every string that came
+from
 a bundle or a ledger is printed with control characters escaped.
 """
 
@@ -16,18 +18,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-from ledger.bundle import build_bundle, refuse_existing, write_bundle
-from ledger.bundle_verify import PROOF_WHOLE_LOG, Selection, VerifiedBundle, verify_bundle
-from ledger.errors import UsageError
-from ledger.files import read_input
-from ledger.findings import Finding
-from ledger.keys import load_signer, refuse_key_inside
-from ledger.note import Verifier
-from ledger.rules import CallState
-
-from . import output
-from .options import JsonOpt, LedgerOpt, open_ledger
+from evidence_ledger.bundle.build import build_bundle, refuse_existing, write_bundle
+from evidence_ledger.bundle.verify import PROOF_WHOLE_LOG, Selection, VerifiedBundle, verify_bundle
+from evidence_ledger.cli import output
+from evidence_ledger.cli.options import JsonOpt, LedgerOpt, open_ledger
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.storage.files import read_input
+from evidence_ledger.storage.keys import load_signer, refuse_key_inside
+from evidence_ledger.tlog.note import Verifier
+from evidence_ledger.verify.findings import Finding
+from evidence_ledger.verify.rules import CallState
 
 __all__ = ["register", "render_markdown", "render_text"]
 

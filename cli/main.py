@@ -18,25 +18,23 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from evidence_ledger.cli import bundles, output, query, sessions, tlog
+from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
+from evidence_ledger.format.digests import from_text
+from evidence_ledger.format.entries import KINDS, entry_json
+from evidence_ledger.format.errors import LedgerError, UsageError
+from evidence_ledger.index.trace import trace_call
+from evidence_ledger.record.checkpointing import create_checkpoint
+from evidence_ledger.record.ingest import ingest_file
+from evidence_ledger.record.redact import redact as redact_payload
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.files import read_input
+from evidence_ledger.storage.keys import check_new_key_path, keygen, load_signer
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
+from evidence_ledger.verify.chains import call_chains
+from evidence_ledger.verify.lineage import StateNode
 from rich.markup import escape
-
-from ledger.audit import verify_ledger
-from ledger.chains import call_chains
-from ledger.checkpoint_store import create_checkpoint
-from ledger.digests import from_text
-from ledger.entries import KINDS, entry_json
-from ledger.errors import LedgerError, UsageError
-from ledger.files import read_input
-from ledger.ingest import ingest_file
-from ledger.keys import check_new_key_path, keygen, load_signer
-from ledger.lineage import StateNode
-from ledger.log import Ledger
-from ledger.redact import redact as redact_payload
-from ledger.trace import trace_call
-from ledger.writer import EvidenceWriter
-
-from . import bundles, output, query, sessions, tlog
-from .options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
 
 app = typer.Typer(
     name="evidence-ledger",

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from ledger.errors import UsageError
-from ledger.log import Ledger
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.storage.ledger_dir import Ledger
 
 LedgerOpt = Annotated[
     Path | None,

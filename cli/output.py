@@ -10,16 +10,15 @@ import re
 import sys
 from typing import Any, TextIO
 
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.storage.fsutil import problem
+from evidence_ledger.verify.chains import CallChain
+from evidence_ledger.verify.records import Report
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
-
-from ledger.chains import CallChain
-from ledger.errors import UsageError
-from ledger.fsutil import problem
-from ledger.verify import Report
 
 
 class OutputError(UsageError):
@@ -100,7 +99,8 @@ PROGRESS_THRESHOLD = 100_000
 
 
 class ProgressBar:
-    """Progress on stderr (a :data:`ledger.index.Progress` callback), started only on a
+    """Progress on stderr (a :data:`evidence_ledger.index.build.Progress` callback), started only
+    on a
     terminal, at the first report of a job that will pass :data:`PROGRESS_THRESHOLD`
     entries (its entries so far, scaled by the share of the work done). Once all is read,
     the label says the job is finishing (rows, checkpoint, state). Use as a context

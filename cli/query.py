@@ -1,9 +1,11 @@
 """Audit commands: ``query`` (read-only SQL over the DuckDB index), ``export`` and
 ``verify-export`` (compliance files bound to the log by a manifest).
 
-Thin: parse arguments, call :mod:`ledger.index` / :mod:`ledger.index_query` /
-:mod:`ledger.export`, print. Errors are :mod:`ledger.errors` types, turned into one line
-and an exit code by the handler in ``cli.main`` (EvidenceError: 1, UsageError: 2).
+Thin: parse arguments, call :mod:`evidence_ledger.index.build` / :mod:`evidence_ledger.index.query`
+/
+:mod:`evidence_ledger.index.export`, print. Errors are :mod:`evidence_ledger.format.errors` types,
+turned into one line
+and an exit code by the handler in ``evidence_ledger.cli.main`` (EvidenceError: 1, UsageError: 2).
 Tables and columns: docs/QUERIES.md.
 """
 
@@ -20,15 +22,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from evidence_ledger.cli import output
+from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
+from evidence_ledger.index.build import update_index
+from evidence_ledger.index.export import export_ledger, parse_time, verify_export
+from evidence_ledger.index.query import run_query
 from rich.markup import escape
 from rich.table import Table
-
-from ledger.export import export_ledger, parse_time, verify_export
-from ledger.index import update_index
-from ledger.index_query import run_query
-
-from . import output
-from .options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
 
 __all__ = ["register"]
 

@@ -1,8 +1,9 @@
 """Session doctor commands: ``scan-session`` and ``repair-session``.
 
-Thin: parse arguments, call :mod:`ledger.sessions`, print. Errors are raised as
-:mod:`ledger.errors` types and turned into one line and an exit code by the handler in
-``cli.main``.
+Thin: parse arguments, call :mod:`evidence_ledger.sessions`, print. Errors are raised as
+:mod:`evidence_ledger.format.errors` types and turned into one line and an exit code by the handler
+in
+``evidence_ledger.cli.main``.
 
 Exit codes:
 
@@ -22,20 +23,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from evidence_ledger.cli import output
+from evidence_ledger.cli.options import JsonOpt, LedgerOpt, open_ledger
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.sessions.apply_store import apply_store_repair
+from evidence_ledger.sessions.evidence import load_evidence
+from evidence_ledger.sessions.markers import settle_pending
+from evidence_ledger.sessions.plan import RepairPlan, plan_repair
+from evidence_ledger.sessions.record import RepairResult
+from evidence_ledger.sessions.report import ScanReport, scan_store
+from evidence_ledger.sessions.stores import MESSAGES_TABLE, read_store
 from rich.markup import escape
-
-from ledger.errors import EvidenceError, UsageError
-from ledger.sessions.apply_store import apply_store_repair
-from ledger.sessions.evidence import load_evidence
-from ledger.sessions.markers import settle_pending
-from ledger.sessions.plan import RepairPlan, plan_repair
-from ledger.sessions.record import RepairResult
-from ledger.sessions.report import ScanReport, scan_store
-from ledger.sessions.stores import MESSAGES_TABLE, read_store
-from ledger.writer import EvidenceWriter
-
-from . import output
-from .options import JsonOpt, LedgerOpt, open_ledger
 
 __all__ = ["register"]
 

@@ -1,8 +1,8 @@
 """Transparency-log commands: keys, signed checkpoints, inclusion and consistency proofs.
 
 Thin: parse arguments, call :mod:`ledger`, print. Errors are raised as
-:mod:`ledger.errors` types and turned into one line and an exit code by the handler
-in ``cli.main`` (EvidenceError: 1, UsageError: 2). Hashes are printed in standard
+:mod:`evidence_ledger.format.errors` types and turned into one line and an exit code by the handler
+in ``evidence_ledger.cli.main`` (EvidenceError: 1, UsageError: 2). Hashes are printed in standard
 base64; ``--json`` uses the field names of the transparency-dev/merkle test vectors.
 """
 
@@ -14,16 +14,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-from ledger.checkpoint import parse_checkpoint, verify_checkpoint
-from ledger.checkpoint_store import create_checkpoint
-from ledger.files import read_input
-from ledger.keys import keygen, load_signer, refuse_key_inside
-from ledger.note import Verifier, parse_note
-from ledger.proofs import prove_consistency_checked, prove_inclusion_checked
-
-from . import output
-from .options import JsonOpt, LedgerOpt, open_ledger
+from evidence_ledger.cli import output
+from evidence_ledger.cli.options import JsonOpt, LedgerOpt, open_ledger
+from evidence_ledger.record.checkpointing import create_checkpoint
+from evidence_ledger.storage.files import read_input
+from evidence_ledger.storage.keys import keygen, load_signer, refuse_key_inside
+from evidence_ledger.tlog.checkpoint import parse_checkpoint, verify_checkpoint
+from evidence_ledger.tlog.note import Verifier, parse_note
+from evidence_ledger.tlog.proofs import prove_consistency_checked, prove_inclusion_checked
 
 __all__ = ["register"]
 

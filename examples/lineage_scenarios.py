@@ -2,7 +2,8 @@
 
 A paused run becomes a ``RunState`` that apps serialise, fork, approve on one copy and resume
 in another process, or retry after a failure. Each scenario below does one of those with a
-gated tool ``wire`` and records it through :class:`~ledger.integrations.openai_agents.Recorder`:
+gated tool ``wire`` and records it through
+:class:`~evidence_ledger.record.integrations.openai_agents.Recorder`:
 
   fork            one paused result, ``to_state()`` twice (siblings A and B); approve the
                   call on A only; resume B (it must pause again), then A (it must run it)
@@ -69,6 +70,7 @@ from agents.exceptions import AgentsException
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.version import __version__ as SDK_VERSION
+from evidence_ledger.record.integrations.openai_agents import Recorder
 from openai.types.responses import (
     Response,
     ResponseCompletedEvent,
@@ -76,8 +78,6 @@ from openai.types.responses import (
     ResponseOutputMessage,
     ResponseOutputText,
 )
-
-from ledger.integrations.openai_agents import Recorder
 
 Plan = list[tuple[str, dict[str, Any], str]]  # (tool, arguments, call_id), in order
 Responder = Callable[[Any], list[Any]]

@@ -47,8 +47,7 @@ from agents.testing import (
     assistant_message,
     function_call,
 )
-
-from ledger.integrations.openai_agents import Recorder
+from evidence_ledger.record.integrations.openai_agents import Recorder
 
 
 @function_tool(needs_approval=False)

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli.main import main
-from ledger.framing import FRAME_OVERHEAD, Record
-from ledger.log import Ledger
+from evidence_ledger.cli.main import main
+from evidence_ledger.format.framing import FRAME_OVERHEAD, Record
+from evidence_ledger.storage.ledger_dir import Ledger
 
 DATA = Path(__file__).parent / "data"
 

@@ -20,23 +20,28 @@ from typing import Any
 
 import jsonschema
 import pytest
+from evidence_ledger.bundle.build import build_bundle, select_entries
+from evidence_ledger.bundle.verify import (
+    ENGINE_RULES,
+    Selection,
+    finding_in_selection,
+    verify_bundle,
+)
+from evidence_ledger.format.entries import PAYLOAD_FIELDS, decode_entry
+from evidence_ledger.format.framing import Record
+from evidence_ledger.format.schemas import load
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.keys import load_signer
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.payloads import PayloadStore
+from evidence_ledger.tlog.checkpoint import parse_checkpoint
+from evidence_ledger.tlog.merkle import leaf_hash
+from evidence_ledger.tlog.proof_verify import verify_inclusion
+from evidence_ledger.verify.audit import verify_ledger
+from evidence_ledger.verify.rules import RuleEngine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.audit import verify_ledger
-from ledger.bundle import build_bundle, select_entries
-from ledger.bundle_verify import ENGINE_RULES, Selection, finding_in_selection, verify_bundle
-from ledger.checkpoint import parse_checkpoint
-from ledger.entries import PAYLOAD_FIELDS, decode_entry
-from ledger.framing import Record
-from ledger.keys import load_signer
-from ledger.log import Ledger
-from ledger.merkle import leaf_hash
-from ledger.payloads import PayloadStore
-from ledger.proof_verify import verify_inclusion
-from ledger.rules import RuleEngine
-from ledger.schemas import load
-from ledger.writer import EvidenceWriter
 from tests.helpers import DATA, ingest, run_cli
 
 ORIGIN = "ledger.example/bundles"

@@ -1,5 +1,5 @@
 """Fuzz the bundle reader: whatever the bytes, ``verify_bundle`` returns a verified bundle
-or raises a :class:`~ledger.bundle_verify.BundleError`, never anything else.
+or raises a :class:`~evidence_ledger.bundle.verify.BundleError`, never anything else.
 
 Inputs: random bytes; a real bundle truncated, with bytes flipped or spliced; envelopes
 whose fields hold random JSON of any type; statements and predicates with random JSON in
@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from evidence_ledger.bundle.build import sign_statement
+from evidence_ledger.bundle.verify import BundleError, VerifiedBundle, verify_bundle
+from evidence_ledger.storage.keys import load_signer
+from evidence_ledger.tlog.note import Signer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.bundle import sign_statement
-from ledger.bundle_verify import BundleError, VerifiedBundle, verify_bundle
-from ledger.keys import load_signer
-from ledger.note import Signer
 from tests.fuzzing import FUZZ
 from tests.helpers import ingest, run_cli
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from evidence_ledger.bundle.build import sign_statement
+from evidence_ledger.bundle.verify import BundleError, verify_bundle
+from evidence_ledger.format.entries import Entry, decode_entry
+from evidence_ledger.storage.keys import load_signer
+from evidence_ledger.tlog.note import Signer, sign_note
 
-from ledger.bundle import sign_statement
-from ledger.bundle_verify import BundleError, verify_bundle
-from ledger.entries import Entry, decode_entry
-from ledger.keys import load_signer
-from ledger.note import Signer, sign_note
 from tests.helpers import ingest, run_cli
 
 ORIGIN = "ledger.example/tamper"
@@ -420,10 +420,10 @@ def test_every_byte_of_a_proof_and_of_the_checkpoint(signed):
 
 
 def test_the_offline_verifier_knows_every_rule_the_ledger_verifier_runs(tmp_path):
-    from ledger import checkpoint_audit
-    from ledger.audit import verify_ledger
-    from ledger.bundle_verify import LEDGER_RULES
-    from ledger.log import Ledger
+    from evidence_ledger.bundle.verify import LEDGER_RULES
+    from evidence_ledger.storage.ledger_dir import Ledger
+    from evidence_ledger.verify import checkpoint_audit
+    from evidence_ledger.verify.audit import verify_ledger
 
     ingest(tmp_path)
     for payloads in (True, False):

@@ -15,30 +15,36 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from ledger.checkpoint import (
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.record.checkpointing import create_checkpoint
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.checkpoint_store import CheckpointStore
+from evidence_ledger.storage.keys import keygen, load_signer
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.tree_store import TreeStore
+from evidence_ledger.tlog.checkpoint import (
     Checkpoint,
     CheckpointFormatError,
     CheckpointOriginError,
     parse_checkpoint,
     verify_checkpoint,
 )
-from ledger.checkpoint_audit import (
+from evidence_ledger.tlog.merkle import EMPTY_ROOT
+from evidence_ledger.tlog.note import (
+    KeyFormatError,
+    Signer,
+    UnverifiedNoteError,
+    Verifier,
+    sign_note,
+)
+from evidence_ledger.verify.checkpoint_audit import (
     RULES,
     CheckpointFinding,
     RootRecorder,
     check_checkpoints,
     checkpoint_sizes,
 )
-from ledger.checkpoint_store import CheckpointStore, create_checkpoint
-from ledger.errors import EvidenceError, UsageError
-from ledger.findings import Finding
-from ledger.keys import keygen, load_signer
-from ledger.log import Ledger
-from ledger.merkle import EMPTY_ROOT
-from ledger.note import KeyFormatError, Signer, UnverifiedNoteError, Verifier, sign_note
-from ledger.tree_store import TreeStore
-from ledger.writer import EvidenceWriter
+from evidence_ledger.verify.findings import Finding
 
 ORIGIN = "ledger.example/audit"
 
@@ -241,7 +247,7 @@ def test_refuses_to_sign_a_ledger_that_no_longer_extends_its_last_checkpoint(tmp
 
 
 def test_refuses_to_sign_a_damaged_log_even_when_the_tree_cache_is_intact(tmp_path, signer):
-    from ledger.proofs import prove_inclusion
+    from evidence_ledger.tlog.proofs import prove_inclusion
 
     book = _append(tmp_path / "l", 20)
     prove_inclusion(Ledger(book), 3)  # the derived tree/ cache now covers all 20 entries

@@ -4,9 +4,9 @@ import json
 import types
 
 import pytest
+from evidence_ledger.cli import main as cli_main
+from evidence_ledger.storage.ledger_dir import Ledger
 
-from cli import main as cli_main
-from ledger.log import Ledger
 from tests.helpers import DATA, ingest, run_cli
 
 VALID = DATA / "rules" / "valid.jsonl"
@@ -132,8 +132,8 @@ def test_log_filters_and_trace(tmp_path):
 
 
 def test_verify_says_when_checkpoints_are_missing_or_unchecked(tmp_path):
-    from ledger.checkpoint_store import create_checkpoint
-    from ledger.note import Signer
+    from evidence_ledger.record.checkpointing import create_checkpoint
+    from evidence_ledger.tlog.note import Signer
 
     ingest(tmp_path)
     notices = json.loads(run_cli("verify", "--ledger", str(tmp_path), "--json").out)["notices"]
@@ -177,17 +177,18 @@ def test_ingest_json_counts_the_events_and_the_marker_apart(tmp_path):
     (2**64 - 1, "2554-07-21T23:34:33.709Z"),
 ])
 def test_text_times_are_cut_to_the_millisecond_as_query_cuts_them(ns, shown):
-    from cli import output
+    from evidence_ledger.cli import output
 
     assert output.when(ns) == shown
 
 
 def test_python_m_cli_main_runs_the_cli():
-    # before: python -m cli.main exited 0 printing nothing (no __main__ guard)
+    # before: python -m evidence_ledger.cli.main exited 0 printing nothing (no __main__ guard)
     import subprocess
     import sys
     from pathlib import Path
 
-    done = subprocess.run([sys.executable, "-m", "cli.main", "--help"], capture_output=True,
-                          text=True, cwd=Path(__file__).parent.parent, check=False)
+    done = subprocess.run([sys.executable, "-m", "evidence_ledger.cli.main", "--help"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent,
+                          check=False)
     assert done.returncode == 0 and "evidence-ledger" in done.stdout

@@ -4,8 +4,7 @@ import hashlib
 
 import pytest
 import rfc8785
-
-from ledger import digests
+from evidence_ledger.format import digests
 
 
 def test_whitespace_and_key_order_do_not_change_the_digest():

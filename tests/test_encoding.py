@@ -2,11 +2,10 @@
 
 import msgpack
 import pytest
+from evidence_ledger.format import encoding
+from evidence_ledger.format.errors import EncodingError
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ledger import encoding
-from ledger.errors import EncodingError
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text() | st.binary(),

@@ -5,12 +5,11 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from evidence_ledger.format import encoding
+from evidence_ledger.format.entries import BODY_FIELDS, ZERO_HASH, Entry, decode_entry
+from evidence_ledger.format.errors import EncodingError
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ledger import encoding
-from ledger.entries import BODY_FIELDS, ZERO_HASH, Entry, decode_entry
-from ledger.errors import EncodingError
 
 SCHEMAS = Path(__file__).parent.parent / "schemas" / "entry-bodies"
 BODY = {"run_id": "r", "scope": [], "status": "completed", "run_state": None}

@@ -13,15 +13,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.index import build as index_mod
+from evidence_ledger.index.db import VIEWS
+from evidence_ledger.index.export import OTEL_NAMES, export_ledger, parse_time, verify_export
+from evidence_ledger.index.query import connect_read_only
+from evidence_ledger.record.ingest import ingest_file
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
 
-from ledger import index as index_mod
-from ledger.errors import UsageError
-from ledger.export import OTEL_NAMES, export_ledger, parse_time, verify_export
-from ledger.index_db import VIEWS
-from ledger.index_query import connect_read_only
-from ledger.ingest import ingest_file
-from ledger.log import Ledger
-from ledger.writer import EvidenceWriter
 from tests.helpers import DATA, run_cli
 from tests.test_index import DAY, ODD_APPROVER, ODD_REASON, ODD_TOOL, T0, build_audit_ledger
 

@@ -5,14 +5,14 @@ import json
 import tempfile
 from pathlib import Path
 
+from evidence_ledger.format.entries import decode_entry
+from evidence_ledger.format.errors import EncodingError, IngestError
+from evidence_ledger.format.framing import frame, scan_bytes
+from evidence_ledger.record.ingest import parse_events
+from evidence_ledger.verify.records import verify_records
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.entries import decode_entry
-from ledger.errors import EncodingError, IngestError
-from ledger.framing import frame, scan_bytes
-from ledger.ingest import parse_events
-from ledger.verify import verify_records
 from tests.fuzzing import FUZZ
 from tests.helpers import DATA, run_cli
 

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from evidence_ledger.cli.main import _command
+from evidence_ledger.format.framing import MAX_RECORD
+from evidence_ledger.record import writer as writer_mod
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage import keys
+from evidence_ledger.storage.ledger_dir import Ledger
 
-from cli.main import _command
-from ledger import keys
-from ledger import writer as writer_mod
-from ledger.framing import MAX_RECORD
-from ledger.log import Ledger
-from ledger.writer import EvidenceWriter
 from tests.helpers import DATA, ingest, run_cli
 
 
@@ -312,9 +312,10 @@ def test_export_refuses_a_time_beyond_64_bit_nanoseconds(tmp_path, bound, value)
 def test_a_closed_standard_stream_is_bad_usage_not_a_traceback(tmp_path, closed):
     ingest(tmp_path)
     closing = " ".join(f"{fd}>&-" for fd in closed.split())
-    shell = (f'"{sys.executable}" -c "from cli.main import main; main()" '
+    shell = (f'"{sys.executable}" -c "from evidence_ledger.cli.main import main; main()" '
              f'query --ledger "{tmp_path}" "SELECT 1" 2>"{tmp_path}/err" {closing}; echo $?')
-    # before: the import of cli.output raised AttributeError (sys.stdout None) with a traceback
+    # before: the import of evidence_ledger.cli.output raised AttributeError (sys.stdout None) with
+    # a traceback
     code = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).parent.parent)
     err = (tmp_path / "err").read_text()
@@ -381,7 +382,8 @@ def test_output_that_cannot_be_written_is_bad_usage_not_a_failed_verification(tm
     w = EvidenceWriter(Ledger(tmp_path))
     for i in range(400):  # far more lines than a pipe holds
         w.run_end(run_id=f"run-{i}", status="completed")
-    cli = f'"{sys.executable}" -c "from cli.main import main; main()" log --ledger "{tmp_path}"'
+    cli = (f'"{sys.executable}" -c "from evidence_ledger.cli.main import main; main()" '
+           f'log --ledger "{tmp_path}"')
     err = tmp_path / "err"
     if sink == "a full device":
         shell, reason = f'{cli} --json 2>"{err}" >/dev/full; echo $?', "No space left on device"

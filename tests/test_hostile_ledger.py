@@ -18,18 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from evidence_ledger.format.entries import PAYLOAD_FIELDS
+from evidence_ledger.format.errors import EvidenceError
+from evidence_ledger.format.framing import Damage, Record, TornTail, frame, scan_bytes
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.tree_store import TreeStore, node_count
+from evidence_ledger.tlog import proofs
+from evidence_ledger.tlog.merkle import leaf_hash
+from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import proofs
-from ledger.entries import PAYLOAD_FIELDS
-from ledger.errors import EvidenceError
-from ledger.framing import Damage, Record, TornTail, frame, scan_bytes
-from ledger.log import Ledger
-from ledger.merkle import leaf_hash
-from ledger.proof_verify import verify_consistency, verify_inclusion
-from ledger.tree_store import TreeStore, node_count
-from ledger.writer import EvidenceWriter
 from tests.fuzzing import FUZZ
 from tests.helpers import DATA, forge_entry, ingest, run_cli
 from tests.test_proofs import naive_mth

@@ -22,29 +22,29 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-from ledger import index as index_mod
-from ledger.audit import verify_ledger
-from ledger.chains import call_chains
-from ledger.entries import decode_entry
-from ledger.errors import EvidenceError, UsageError
-from ledger.findings import (
+from evidence_ledger.format.entries import decode_entry
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.format.framing import Record, frame
+from evidence_ledger.index import build as index_mod
+from evidence_ledger.index.build import Deriver, derive, update_index
+from evidence_ledger.index.check import check_batch
+from evidence_ledger.index.db import VIEWS
+from evidence_ledger.index.query import check_read_only, connect_read_only, run_query
+from evidence_ledger.record.ingest import ingest_file
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.log_store import FileLogStore
+from evidence_ledger.verify.audit import verify_ledger
+from evidence_ledger.verify.chains import call_chains
+from evidence_ledger.verify.findings import (
     APPROVAL_BINDING,
     APPROVED_NOT_EXECUTED,
     OUTPUT_PROVENANCE,
     REJECTION_RESPECTED,
     TOOL_LINKAGE,
 )
-from ledger.framing import Record, frame
-from ledger.index import Deriver, derive, update_index
-from ledger.index_check import check_batch
-from ledger.index_db import VIEWS
-from ledger.index_query import check_read_only, connect_read_only, run_query
-from ledger.ingest import ingest_file
-from ledger.log import Ledger
-from ledger.store import FileLogStore
-from ledger.verify import verify_records
-from ledger.writer import EvidenceWriter
+from evidence_ledger.verify.records import verify_records
+
 from tests.helpers import DATA, run_cli
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "QUERIES.md"
@@ -450,13 +450,13 @@ class _Reduces:
     "payload",
     [
         "os-level",  # Path.touch(marker): a function outside the allowed modules
-        "pure-module-function",  # ledger.rules._digest_text: a function, not a class
-        "dotted-method",  # ledger.rules RuleEngine.feed: a method by qualified name
+        "pure-module-function",  # verify.rules._digest_text: a function, not a class
+        "dotted-method",  # evidence_ledger.verify.rules RuleEngine.feed: a method by qualified name
         "garbage",
     ],
 )
 def test_index_state_unpickles_only_the_derivers_classes(tmp_path, payload):
-    from ledger import rules
+    from evidence_ledger.verify import rules
 
     ledger = Ledger(tmp_path / "l")
     ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")

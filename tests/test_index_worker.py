@@ -12,20 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
+from evidence_ledger.format.entries import entry_hash
+from evidence_ledger.format.errors import EvidenceError
+from evidence_ledger.format.framing import Record, scan_bytes
+from evidence_ledger.index import build as index_mod
+from evidence_ledger.index import worker as index_worker
+from evidence_ledger.index.build import derive, update_index
+from evidence_ledger.index.check import check_batch
+from evidence_ledger.index.db import VIEWS
+from evidence_ledger.index.worker import BatchChecker
+from evidence_ledger.record.ingest import ingest_file
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.tlog.merkle import leaf_hash
 
-from ledger import index as index_mod
-from ledger import index_worker
-from ledger.entries import entry_hash
-from ledger.errors import EvidenceError
-from ledger.framing import Record, scan_bytes
-from ledger.index import derive, update_index
-from ledger.index_check import check_batch
-from ledger.index_db import VIEWS
-from ledger.index_worker import BatchChecker
-from ledger.ingest import ingest_file
-from ledger.log import Ledger
-from ledger.merkle import leaf_hash
-from ledger.writer import EvidenceWriter
 from tests.helpers import DATA
 from tests.test_index import build_audit_ledger, table
 
@@ -257,7 +257,7 @@ def test_a_worker_whose_output_starts_with_a_banner_is_replaced_at_once(
     monkeypatch.setattr(index_worker, "STALL_SECONDS", 30.0)
     command = [*index_worker.worker_command()[:-2], "-c",
                f"import sys; sys.stdout.write({banner!r}); sys.stdout.flush(); "
-               "from ledger.index_worker import main; main()"]
+               "from evidence_ledger.index.worker import main; main()"]
     monkeypatch.setattr(index_worker, "worker_command", lambda: command)
     records = records_of(audit)
     batches = [records[i:i + 4] for i in range(0, 12, 4)]

@@ -15,11 +15,10 @@ import tracemalloc
 
 import pytest
 import rfc8785
-
-from ledger.audit import verify_ledger
-from ledger.log import Ledger
-from ledger.payloads import PayloadStore
-from ledger.writer import EvidenceWriter, item_bytes
+from evidence_ledger.record.writer import EvidenceWriter, item_bytes
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.payloads import PayloadStore
+from evidence_ledger.verify.audit import verify_ledger
 
 SIZE = 100 * 1024 * 1024  # bytes of argument text
 # A source-like line: mostly plain text, with characters JSON and RFC 8785 escape.

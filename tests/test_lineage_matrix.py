@@ -30,8 +30,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from ledger.log import Ledger
+from evidence_ledger.storage.ledger_dir import Ledger
 
 from .helpers import run_cli
 from .sdk_venvs import REPO_ROOT, sdk_env, sdk_venv

@@ -22,14 +22,13 @@ import pytest
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from agents import Agent, RunState
-
-from ledger import digests
-from ledger.audit import verify_ledger
-from ledger.entries import Entry
-from ledger.integrations.openai_agents import Recorder
-from ledger.integrations.run_states import RUN_STATE_KEY, state_id
-from ledger.lineage import run_state_forest
-from ledger.log import Ledger
+from evidence_ledger.format import digests
+from evidence_ledger.format.entries import Entry
+from evidence_ledger.record.integrations.openai_agents import Recorder
+from evidence_ledger.record.integrations.run_states import RUN_STATE_KEY, state_id
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
+from evidence_ledger.verify.lineage import run_state_forest
 
 pytestmark = pytest.mark.anyio
 

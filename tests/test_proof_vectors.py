@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from ledger.checkpoint import parse_checkpoint
-from ledger.merkle import leaf_hash, node_hash
-from ledger.note import Verifier, open_note
-from ledger.proof_verify import (
+from evidence_ledger.storage.tree_store import TiledTree
+from evidence_ledger.tlog.checkpoint import parse_checkpoint
+from evidence_ledger.tlog.merkle import leaf_hash, node_hash
+from evidence_ledger.tlog.note import Verifier, open_note
+from evidence_ledger.tlog.proof_verify import (
     ProofError,
     ProofPreconditionError,
     ProofSizeError,
@@ -26,8 +26,7 @@ from ledger.proof_verify import (
     verify_consistency,
     verify_inclusion,
 )
-from ledger.proofs import consistency_proof, inclusion_proof, tree_root
-from ledger.tree_store import TiledTree
+from evidence_ledger.tlog.proofs import consistency_proof, inclusion_proof, tree_root
 
 VECTORS = Path(__file__).parent / "vectors"
 TESTDATA = VECTORS / "transparency-dev-merkle" / "testdata"

@@ -14,28 +14,24 @@ import os
 import shutil
 from pathlib import Path
 
+import evidence_ledger.storage.tree_store as tree_store_module
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-import ledger.tree_store as tree_store_module
-from ledger.errors import EvidenceError, UsageError
-from ledger.log import Ledger
-from ledger.merkle import leaf_hash
-from ledger.proof_verify import (
-    ProofError,
-    verify_consistency,
-    verify_inclusion,
-)
-from ledger.proofs import (
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.tree_store import TileBuilder, TiledTree, TreeStore, tile_path
+from evidence_ledger.tlog.merkle import leaf_hash
+from evidence_ledger.tlog.proof_verify import ProofError, verify_consistency, verify_inclusion
+from evidence_ledger.tlog.proofs import (
     consistency_proof,
     inclusion_proof,
     prove_consistency,
     prove_inclusion,
     tree_root,
 )
-from ledger.tree_store import TileBuilder, TiledTree, TreeStore, tile_path
-from ledger.writer import EvidenceWriter
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from tests.helpers import forge_entry
 
 KAT = json.loads((Path(__file__).parent / "vectors" / "kat-extracted.json").read_text())

@@ -5,13 +5,17 @@ import sys
 
 import pytest
 
-STORAGE = ("ledger.store", "ledger.log", "ledger.payloads", "ledger.tree_store",
-           "ledger.checkpoint_store", "ledger.index", "duckdb", "agents")
+STORAGE = ("evidence_ledger.storage.log_store", "evidence_ledger.storage.ledger_dir",
+           "evidence_ledger.storage.payloads", "evidence_ledger.storage.tree_store",
+           "evidence_ledger.storage.checkpoint_store", "evidence_ledger.index.build", "duckdb",
+           "agents")
 
 
 @pytest.mark.parametrize(
-    "module", ["ledger.verify", "ledger.rules", "ledger.proof_verify", "ledger.bundle_verify",
-               "ledger.checkpoint", "ledger.note", "ledger.sessions.scan"],
+    "module", ["evidence_ledger.verify.records", "evidence_ledger.verify.rules",
+               "evidence_ledger.tlog.proof_verify",
+               "evidence_ledger.bundle.verify", "evidence_ledger.tlog.checkpoint",
+               "evidence_ledger.tlog.note", "evidence_ledger.sessions.scan"],
 )
 def test_pure_module_loads_no_storage(module):
     code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"

@@ -7,11 +7,11 @@ import io
 import json
 
 import pytest
+from evidence_ledger.cli import output
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
 from rich.console import Console
 
-from cli import output
-from ledger.log import Ledger
-from ledger.writer import EvidenceWriter
 from tests.helpers import DATA, run_cli
 from tests.test_index import ODD_APPROVER, build_audit_ledger
 

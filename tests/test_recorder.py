@@ -32,15 +32,14 @@ from agents import (
 from agents.exceptions import ToolOutputGuardrailTripwireTriggered
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.version import __version__ as SDK_VERSION
-
-from ledger.audit import verify_ledger
-from ledger.entries import Entry
-from ledger.errors import UsageError
-from ledger.integrations.hooks import IGNORED_HANDOFF
-from ledger.integrations.openai_agents import Recorder
-from ledger.integrations.recorded_session import RecordedSession
-from ledger.integrations.run_states import RUN_ID_KEY, RUN_STATE_KEY, state_run_id
-from ledger.log import Ledger
+from evidence_ledger.format.entries import Entry
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.record.integrations.hooks import IGNORED_HANDOFF
+from evidence_ledger.record.integrations.openai_agents import Recorder
+from evidence_ledger.record.integrations.recorded_session import RecordedSession
+from evidence_ledger.record.integrations.run_states import RUN_ID_KEY, RUN_STATE_KEY, state_run_id
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
 
 pytestmark = pytest.mark.anyio
 

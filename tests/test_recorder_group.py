@@ -30,12 +30,11 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from agents import Agent, RunState, SQLiteSession, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-
-from ledger.audit import verify_ledger
-from ledger.errors import StorageError, UsageError
-from ledger.integrations import group_commit, openai_agents
-from ledger.integrations.openai_agents import Recorder
-from ledger.log import Ledger
+from evidence_ledger.format.errors import StorageError, UsageError
+from evidence_ledger.record.integrations import group_commit, openai_agents
+from evidence_ledger.record.integrations.openai_agents import Recorder
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -400,8 +399,8 @@ sys.path.insert(0, {str(REPO)!r})
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 from agents import Agent, RunState, SQLiteSession, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-from ledger.integrations import group_commit, openai_agents
-from ledger.integrations.openai_agents import Recorder
+from evidence_ledger.record.integrations import group_commit, openai_agents
+from evidence_ledger.record.integrations.openai_agents import Recorder
 counter = itertools.count()
 openai_agents.uuid = types.SimpleNamespace(
     uuid4=lambda: types.SimpleNamespace(hex=f"{{next(counter):032x}}"))

@@ -2,7 +2,8 @@
 
 import json
 
-from ledger.log import Ledger
+from evidence_ledger.storage.ledger_dir import Ledger
+
 from tests.helpers import ingest, run_cli
 
 
@@ -40,7 +41,7 @@ def test_redacting_an_unknown_digest_is_bad_usage(tmp_path):
 
 
 def test_redaction_again_finishes_an_interrupted_one(tmp_path):
-    from ledger.writer import EvidenceWriter
+    from evidence_ledger.record.writer import EvidenceWriter
 
     _ingested(tmp_path)
     call = json.loads(run_cli("log", "--ledger", str(tmp_path), "--kind", "call", "--json").out)[0]
@@ -55,7 +56,7 @@ def test_redaction_again_finishes_an_interrupted_one(tmp_path):
 
 
 def test_a_payload_recorded_again_after_its_redaction_is_stored_again(tmp_path):
-    from ledger.writer import EvidenceWriter
+    from evidence_ledger.record.writer import EvidenceWriter
 
     writer = EvidenceWriter(tmp_path)
     writer.call(run_id="r", call_id="c1", agent="a", tool="t", arguments='{"secret": 1}')

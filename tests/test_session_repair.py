@@ -17,19 +17,19 @@ from typing import Any
 import pytest
 from agents import SQLiteSession
 from agents.memory import SessionSettings
+from evidence_ledger.format import schemas
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.record.writer import EvidenceWriter, item_bytes
+from evidence_ledger.sessions import apply_store
+from evidence_ledger.sessions.apply_session import repair_session
+from evidence_ledger.sessions.apply_store import apply_store_repair
+from evidence_ledger.sessions.evidence import load_evidence
+from evidence_ledger.sessions.markers import pending_repair_notices
+from evidence_ledger.sessions.plan import plan_repair
+from evidence_ledger.sessions.report import scan_store
+from evidence_ledger.sessions.stores import read_store
+from evidence_ledger.storage.ledger_dir import Ledger
 
-from ledger import schemas
-from ledger.errors import EvidenceError, UsageError
-from ledger.log import Ledger
-from ledger.sessions import apply_store
-from ledger.sessions.apply_session import repair_session
-from ledger.sessions.apply_store import apply_store_repair
-from ledger.sessions.evidence import load_evidence
-from ledger.sessions.markers import pending_repair_notices
-from ledger.sessions.plan import plan_repair
-from ledger.sessions.report import scan_store
-from ledger.sessions.stores import read_store
-from ledger.writer import EvidenceWriter, item_bytes
 from tests.helpers import run_cli
 from tests.test_sessions import POISONED, call, out, reply, user, write_dump, write_sdk_store
 
@@ -410,9 +410,9 @@ def test_failure_after_commit_before_the_entry_leaves_a_marker_then_settles(case
 
 _KILL = """
 import os, sys
-from ledger.sessions import apply_store
-from ledger.writer import EvidenceWriter
-from cli.main import main
+from evidence_ledger.sessions import apply_store
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.cli.main import main
 point = sys.argv[1]
 die = lambda *a, **k: os._exit(9)
 if point == "before-commit":

@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 from agents import SQLiteSession
-
-from ledger import schemas
-from ledger.errors import UsageError
-from ledger.sessions.report import scan_store
-from ledger.sessions.scan import (
+from evidence_ledger.format import schemas
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.sessions.report import scan_store
+from evidence_ledger.sessions.scan import (
     DANGLING_CALL,
     DUPLICATE_CALL_ID,
     ORPHAN_OUTPUT,
     OUTPUT_BEFORE_CALL,
     scan_items,
 )
-from ledger.sessions.stores import read_store
+from evidence_ledger.sessions.stores import read_store
+
 from tests.helpers import run_cli
 
 

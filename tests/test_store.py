@@ -3,14 +3,14 @@
 import os
 
 import pytest
+from evidence_ledger.format import framing
+from evidence_ledger.format.errors import EvidenceError
+from evidence_ledger.format.framing import TornTail
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.log_store import LOG_NAME
+from evidence_ledger.verify.audit import verify_ledger
 
-from ledger import framing
-from ledger.audit import verify_ledger
-from ledger.errors import EvidenceError
-from ledger.framing import TornTail
-from ledger.log import Ledger
-from ledger.store import LOG_NAME
-from ledger.writer import EvidenceWriter
 from tests.helpers import ingest, run_cli
 
 

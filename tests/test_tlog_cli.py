@@ -2,7 +2,7 @@
 
 ``checkpoint`` output is checked by a minimal, independent C2SP signed-note and
 tlog-checkpoint verifier written here from the specs (c2sp.org/signed-note,
-c2sp.org/tlog-checkpoint), sharing no code with ``ledger.note``.
+c2sp.org/tlog-checkpoint), sharing no code with ``evidence_ledger.tlog.note``.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.keys import load_signer
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.tlog.checkpoint import Checkpoint
+from evidence_ledger.tlog.merkle import leaf_hash
+from evidence_ledger.tlog.note import sign_note
+from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
 
-from ledger.checkpoint import Checkpoint
-from ledger.keys import load_signer
-from ledger.log import Ledger
-from ledger.merkle import leaf_hash
-from ledger.note import sign_note
-from ledger.proof_verify import verify_consistency, verify_inclusion
-from ledger.writer import EvidenceWriter
 from tests.helpers import DATA, run_cli
 
 ORIGIN = "ledger.example/cli"

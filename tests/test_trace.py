@@ -8,17 +8,17 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from evidence_ledger.format.entries import entry_json
+from evidence_ledger.format.framing import Record
+from evidence_ledger.index import build as index_mod
+from evidence_ledger.index.build import update_index
+from evidence_ledger.index.query import connect_read_only
+from evidence_ledger.index.trace import trace_call
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
+from evidence_ledger.verify.lineage import run_state_forest
 
-from ledger import index as index_mod
-from ledger.audit import verify_ledger
-from ledger.entries import entry_json
-from ledger.framing import Record
-from ledger.index import update_index
-from ledger.index_query import connect_read_only
-from ledger.lineage import run_state_forest
-from ledger.log import Ledger
-from ledger.trace import trace_call
-from ledger.writer import EvidenceWriter
 from tests.helpers import forge_entry, run_cli
 from tests.test_index import build_audit_ledger
 

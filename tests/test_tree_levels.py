@@ -13,23 +13,12 @@ from __future__ import annotations
 import json
 import shutil
 
+import evidence_ledger.storage.tree_store as tree_store_module
+import evidence_ledger.tlog.proofs as proofs_module
 import pytest
-
-import ledger.proofs as proofs_module
-import ledger.tree_store as tree_store_module
-from ledger.errors import EvidenceError, StorageError, UsageError
-from ledger.log import Ledger
-from ledger.merkle import node_hash
-from ledger.proof_verify import verify_consistency, verify_inclusion
-from ledger.proofs import (
-    Prover,
-    consistency_proof,
-    inclusion_proof,
-    prove_consistency,
-    prove_inclusion,
-    prove_inclusions,
-)
-from ledger.tree_store import (
+from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.tree_store import (
     TileBuilder,
     TiledTree,
     TreeStore,
@@ -37,6 +26,17 @@ from ledger.tree_store import (
     node_position,
     tile_path,
 )
+from evidence_ledger.tlog.merkle import node_hash
+from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
+from evidence_ledger.tlog.proofs import (
+    Prover,
+    consistency_proof,
+    inclusion_proof,
+    prove_consistency,
+    prove_inclusion,
+    prove_inclusions,
+)
+
 from tests.test_proofs import (
     LEAVES,
     _h,

@@ -1,7 +1,7 @@
 """Carrying out a repair plan on any SDK ``Session`` object.
 
 :func:`repair_session` does for any SDK ``Session`` object what
-:func:`~ledger.sessions.apply_store.apply_store_repair` does for a SQLite file; having no
+:func:`~evidence_ledger.sessions.apply_store.apply_store_repair` does for a SQLite file; having no
 insert, it rewrites the whole history (``clear_session`` then ``add_items``).
 """
 
@@ -11,15 +11,15 @@ import os
 import uuid
 from typing import Any
 
-from .. import digests
-from ..errors import EvidenceError, UsageError
-from ..log import Ledger
-from ..writer import EvidenceWriter
-from .evidence import load_evidence
-from .markers import marker_doc, remove_marker, write_marker
-from .plan import RepairPlan, plan_session
-from .record import RepairResult, check_plan, record_repair, store_history
-from .stores import SessionItems
+from evidence_ledger.format import digests
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.sessions.evidence import load_evidence
+from evidence_ledger.sessions.markers import marker_doc, remove_marker, write_marker
+from evidence_ledger.sessions.plan import RepairPlan, plan_session
+from evidence_ledger.sessions.record import RepairResult, check_plan, record_repair, store_history
+from evidence_ledger.sessions.stores import SessionItems
+from evidence_ledger.storage.ledger_dir import Ledger
 
 __all__ = ["repair_session"]
 

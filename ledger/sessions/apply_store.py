@@ -32,13 +32,19 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from ..errors import EvidenceError, StorageError, UsageError
-from ..fsutil import fsync_path
-from ..writer import EvidenceWriter
-from .markers import marker_doc, remove_marker, write_marker
-from .plan import RepairPlan, SessionPlan
-from .record import RepairResult, check_plan, record_repair, store_history
-from .stores import SessionItems, connect_read_only, quoted_table, session_rows, table_columns
+from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.sessions.markers import marker_doc, remove_marker, write_marker
+from evidence_ledger.sessions.plan import RepairPlan, SessionPlan
+from evidence_ledger.sessions.record import RepairResult, check_plan, record_repair, store_history
+from evidence_ledger.sessions.stores import (
+    SessionItems,
+    connect_read_only,
+    quoted_table,
+    session_rows,
+    table_columns,
+)
+from evidence_ledger.storage.fsutil import fsync_path
 
 __all__ = ["apply_store_repair"]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..entries import Entry
-from ..log import Ledger
-from .scan import FUNCTION_CALL_OUTPUT
+from evidence_ledger.format.entries import Entry
+from evidence_ledger.sessions.scan import FUNCTION_CALL_OUTPUT
+from evidence_ledger.storage.ledger_dir import Ledger
 
 __all__ = ["Evidence", "RecordedCall", "load_evidence"]
 

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import digests
-from ..errors import EvidenceError, LedgerError, StorageError
-from ..fsutil import fsync_path, read_regular
-from ..log import Ledger
-from ..writer import EvidenceWriter
-from .evidence import Evidence, load_evidence
-from .plan import RepairPlan
-from .stores import MESSAGES_TABLE, read_store
+from evidence_ledger.format import digests
+from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.sessions.evidence import Evidence, load_evidence
+from evidence_ledger.sessions.plan import RepairPlan
+from evidence_ledger.sessions.stores import MESSAGES_TABLE, read_store
+from evidence_ledger.storage.fsutil import fsync_path, read_regular
+from evidence_ledger.storage.ledger_dir import Ledger
 
 __all__ = ["PendingRepair", "pending_repair_notices", "pending_repairs", "settle_pending"]
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import digests
-from .evidence import Evidence, RecordedCall
-from .scan import FUNCTION_CALL, ORPHAN_OUTPUT, SessionFinding, scan_items
-from .stores import MESSAGES_TABLE, SessionItems, StoreContents
+from evidence_ledger.format import digests
+from evidence_ledger.sessions.evidence import Evidence, RecordedCall
+from evidence_ledger.sessions.scan import FUNCTION_CALL, ORPHAN_OUTPUT, SessionFinding, scan_items
+from evidence_ledger.sessions.stores import MESSAGES_TABLE, SessionItems, StoreContents
 
 __all__ = [
     "Insertion",

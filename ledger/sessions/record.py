@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EvidenceError, StorageError, UsageError
-from ..writer import EvidenceWriter, item_bytes
-from .markers import remove_marker
-from .plan import RepairPlan, SessionPlan
+from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
+from evidence_ledger.record.writer import EvidenceWriter, item_bytes
+from evidence_ledger.sessions.markers import remove_marker
+from evidence_ledger.sessions.plan import RepairPlan, SessionPlan
 
 __all__ = ["RepairResult"]
 

@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .scan import SessionFinding, scan_items
-from .stores import MESSAGES_TABLE, StoreContents, read_store
+from evidence_ledger.sessions.scan import SessionFinding, scan_items
+from evidence_ledger.sessions.stores import MESSAGES_TABLE, StoreContents, read_store
 
 __all__ = ["ScanReport", "scan_store"]
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
-from ..files import read_input
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.storage.files import read_input
 
 __all__ = ["MESSAGES_TABLE", "SessionItems", "StoreContents", "read_store"]
 

@@ -1,0 +1,800 @@
+"""A DuckDB index of a ledger, for audit queries in SQL. Never authoritative.
+
+The index is derived from the log and only from it: deleting it and running again
+rebuilds the same rows. It lives at ``<ledger>/index.duckdb``, with
+``index.duckdb.state`` (the deriver's state at the indexed size) and
+``index.duckdb.lock`` (serialises processes) beside it, and is brought up to date by tree
+size before each query: only records past the indexed tree size are read.
+
+Pure core, in two stages. Stage one, :func:`evidence_ledger.index.check.check_batch`, takes each
+record on its own: its CRC-32, :func:`evidence_ledger.format.entries.decode_entry`, its entry and
+leaf
+hashes, and its row of the chunk tables. Stage two, :class:`Deriver`, runs the checked
+records in order: ``seq`` and ``prev`` links, the RFC 9162 tree
+(:mod:`evidence_ledger.tlog.merkle`),
+and the verifier's own :class:`evidence_ledger.verify.rules.RuleEngine`; ``call_chains`` rows are
+:func:`evidence_ledger.verify.chains.call_chains` of the engine's call states and ``violations``
+rows are
+its findings, so the index reads the same facts as ``verify``. The other views are made
+in bulk: each chunk's tables, with the ``seq`` of the call the rules attribute each entry
+to, go through one ``INSERT ... SELECT`` per view (:class:`evidence_ledger.index.db.Chunk`). A
+record that fails its CRC-32, canonical decoding, ``seq`` or ``prev`` link stops the
+index (:class:`EvidenceError`); ``verify`` names every break, checks payloads and refs,
+and stays the verdict.
+
+I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries checked ahead in
+a worker process (:class:`evidence_ledger.index.worker.BatchChecker`), derived here, and inserted
+and committed on a thread of its own while the next is derived; the metadata row and the
+saved state, written last, let the next update resume where this one stopped, and an
+update killed midway is rebuilt, not resumed), :func:`derive` (the same rows in an
+in-memory database), :func:`is_current`. Queries: :mod:`evidence_ledger.index.query`. Tables
+and columns: :data:`evidence_ledger.index.db.VIEWS` and docs/QUERIES.md; ``log_blocks`` (where
+every :data:`BLOCK`-th record starts in the log) lets :mod:`evidence_ledger.index.trace` read a
+call's
+records without scanning the log.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import contextlib
+import functools
+import gc
+import hashlib
+import itertools
+import os
+import pickle
+import queue
+import stat
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from evidence_ledger.format.entries import ZERO_HASH, Entry, decode_checked, entry_hash
+from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
+from evidence_ledger.format.framing import Damage, Record, TornTail
+from evidence_ledger.index.check import CheckedBatch
+from evidence_ledger.index.db import (
+    BLOCKS_SCHEMA,
+    CALL_SEQ,
+    SCHEMA,
+    VIEWS,
+    Chunk,
+    digest_text,
+    insert_rows,
+    one_line,
+    one_row,
+    rows_table,
+)
+from evidence_ledger.index.worker import BatchChecker
+from evidence_ledger.storage.fsutil import file_lock, open_regular, problem
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.tlog import merkle
+from evidence_ledger.verify import chains, rules
+from evidence_ledger.verify.records import Report
+
+__all__ = [
+    "BLOCK",
+    "CHUNK",
+    "INDEX_NAME",
+    "Deriver",
+    "IndexInfo",
+    "Progress",
+    "checked_index_path",
+    "derive",
+    "index_lock",
+    "index_path",
+    "is_current",
+    "refuse_non_regular",
+    "update_index",
+]
+
+INDEX_NAME = "index.duckdb"
+INDEX_VERSION = 1
+CHUNK = 50_000
+"""Records decoded between two bulk inserts."""
+BLOCK = 4096
+"""Records between two rows of ``log_blocks`` (besides the first record of each batch an
+update reads): a reader of the index reads at most this many records to reach one it
+names."""
+AHEAD = 2
+"""Batches of :data:`CHUNK` records given to the checker before the one being derived."""
+Progress = Callable[[int, int, int], None]
+"""``progress(entries_done, bytes_done, bytes_total)``, called after each chunk: the
+entries and bytes of the log this update has read, of the bytes it will read."""
+
+CallKey = tuple[str, tuple[str, ...], str]
+
+class Deriver:
+    """Checked batches of log records in, index rows out (pure: no I/O).
+
+    Stage two of deriving the index: feed every batch of the log's records in order with
+    :meth:`feed`, each with what :func:`evidence_ledger.index.check.check_batch` found in it; take
+    the entries fed since the last take with :meth:`take` (a :class:`Chunk`) and the rows
+    of the calls whose chain changed with :meth:`take_chains`. The object pickles (its
+    state between two updates) once both have been taken.
+    """
+
+    def __init__(self) -> None:
+        self.engine = rules.RuleEngine()
+        self.tree = merkle.CompactRange()
+        self.size = 0
+        """Entries fed (the tree size)."""
+        self.offset = 0
+        """Byte offset just past the last record fed."""
+        self.last_offset = 0
+        """Byte offset of the last record fed."""
+        self.last_hash = ZERO_HASH
+        """Entry hash of the last record fed (zeros when none)."""
+        self._checked: list[CheckedBatch] = []
+        self._call_seqs: dict[str, list[int | None]] = {}
+        self._violations: list[tuple[Any, ...]] = []
+        self._touched: set[CallKey] = set()
+        self._findings = 0
+        self._persisted_at: dict[CallKey, int] = {}
+        self._executed_at: dict[CallKey, int] = {}
+        self._blocks: list[tuple[int, int]] = []
+
+    def feed(self, records: Sequence[Record], checked: CheckedBatch) -> None:
+        """Derive the rows of a batch of records, the first at index :attr:`size`.
+
+        Args:
+            records: the batch, in log order.
+            checked: :func:`evidence_ledger.index.check.check_batch` of exactly these records.
+
+        Raises:
+            EvidenceError: at the first record that does not continue the log (its
+                ``seq`` or ``prev``), or that ``checked`` found a problem with (its CRC-32
+                or canonical decoding); run ``verify``.
+            ValueError: if ``checked`` is not of this batch at this size (a caller's bug).
+        """
+        hashes, leaves = checked.hashes, checked.leaves
+        if checked.first != self.size or checked.count > len(records):
+            raise ValueError("the checked batch is not the one fed")
+        self._checked.append(checked)
+        first = checked.first
+        starts = range((-first) % BLOCK, checked.count, BLOCK)  # the records at seq % BLOCK 0
+        if checked.count and (not starts or starts[0]):
+            self._blocks.append((first, records[0].offset))  # and the first of the batch
+        self._blocks += [(first + i, records[i].offset) for i in starts]
+        for i, record in enumerate(itertools.islice(records, checked.count)):
+            seq = self.size
+            entry = decode_checked(record.data)
+            if record.index != seq or entry.seq != seq or entry.prev != self.last_hash:
+                raise EvidenceError(
+                    f"log damaged at seq {seq}: seq or prev does not continue the log "
+                    "(run verify)"
+                )
+            self.tree.append(leaves[32 * i:32 * i + 32])
+            self.engine.feed(entry)
+            self._attribute(entry)
+            self.size, self.offset, self.last_offset = seq + 1, record.end, record.offset
+            self.last_hash = hashes[32 * i:32 * i + 32]
+        if checked.problem is not None:
+            raise EvidenceError(checked.problem)
+
+    def _attribute(self, entry: Entry) -> None:
+        """Note the call the rules attribute ``entry`` to, and the findings it raised."""
+        b, seq, kind = entry.body, entry.seq, entry.kind
+        call = None
+        call_id = b.get("call_id")
+        if type(call_id) is str and "scope" in b:  # a call identity (fields typed by kind)
+            call = self.engine.find_call(b["run_id"], tuple(b["scope"]), call_id)
+        seqs = self._call_seqs.get(kind)
+        if seqs is None:
+            seqs = self._call_seqs[kind] = []
+        seqs.append(call.seq if call else None)
+        if call is not None:
+            self._touched.add(call.key)
+            if kind == "session_item" and call.persisted and call.persisted[0] == seq:
+                self._persisted_at[call.key] = entry.time
+            elif kind == "execution" and call.executions and call.executions[0] == seq:
+                self._executed_at[call.key] = entry.time
+        if len(self.engine.findings) > self._findings:
+            self._take_findings(seq, entry.time)
+
+    def _take_findings(self, seq: int, time: int) -> None:
+        new = self.engine.findings[self._findings:]
+        for number, finding in enumerate(new, start=self._findings):
+            state = (
+                self.engine.find_call(finding.run_id, finding.scope, finding.call_id)
+                if finding.run_id is not None and finding.call_id is not None else None
+            )
+            if state is not None:
+                self._touched.add(state.key)
+            at = time if finding.seq == seq else None
+            self._violations.append((
+                number, finding.seq, finding.rule, finding.run_id, list(finding.scope),
+                finding.call_id, finding.detail, state.seq if state else None, at, at,
+            ))
+        self._findings += len(new)
+
+    def take(self) -> Chunk:
+        """The entries fed since the last call, as a :class:`Chunk`."""
+        raw = {}
+        for kind, seqs in self._call_seqs.items():
+            tables = [c.tables[kind] for c in self._checked if kind in c.tables]
+            table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            raw[kind] = table.append_column(CALL_SEQ, pa.array(seqs, pa.int64()))
+        chunk = Chunk(
+            raw, rows_table(VIEWS["violations"], self._violations),
+            pa.Table.from_pylist(
+                [{"first_seq": s, "log_offset": o} for s, o in self._blocks], BLOCKS_SCHEMA),
+        )
+        self._checked, self._call_seqs, self._violations, self._blocks = [], {}, [], []
+        return chunk
+
+    def take_chains(self) -> pa.Table:
+        """``call_chains`` rows of every call whose chain changed since the last call, in
+        call order (replace the rows with the same ``call_seq``)."""
+        states = sorted((self.engine.calls[k] for k in self._touched), key=lambda c: c.seq)
+        rows = []
+        chain_rows = chains.call_chains(states, self._executed_at)
+        for state, row in zip(states, chain_rows, strict=True):
+            persisted = self._persisted_at.get(state.key)
+            rows.append((
+                state.seq, row.run_id, list(row.scope), row.call_id, row.agent, row.tool,
+                digest_text(row.args_digest), row.needs_approval, row.decision, row.sticky,
+                row.approver,
+                state.time, state.time, row.decided_at, row.decided_at, row.executed_at,
+                row.executed_at, len(state.executions), row.persisted, persisted, persisted,
+                row.status, list(row.violations),
+            ))
+        self._touched = set()
+        return rows_table(VIEWS["call_chains"], rows)
+
+    def report(self) -> Report:
+        """The verifier's :class:`~evidence_ledger.verify.records.Report` over the records fed (no
+        payload
+        checks: records that fail integrity were refused by :meth:`feed`)."""
+        return Report(
+            tree_size=self.size, root_hash=self.tree.root(),
+            violations=sorted(self.engine.findings, key=lambda f: (f.seq is None, f.seq)),
+            notices=list(self.engine.notices), calls=self.engine.calls,
+        )
+
+
+def derive(
+    records: Iterable[Record | Damage | TornTail], size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[Report, dict[str, pa.Table]]:
+    """Derive every table in memory from a log's scan items (no index file): the same
+    rows an index holds, through an in-memory DuckDB database.
+
+    Args:
+        records: :meth:`Ledger.scan` items, in order.
+        size: stop after this many entries (the tree size of an export); None reads all.
+        progress: called with the entries done every :data:`CHUNK` entries.
+
+    Returns:
+        The verifier's report at that size and every view's rows (view name -> table).
+
+    Raises:
+        EvidenceError: if the log is damaged before ``size`` or holds fewer entries.
+    """
+    deriver = Deriver()
+    with _gc_paused(), contextlib.closing(duckdb.connect()) as con:
+        for statement in [*SCHEMA, "BEGIN TRANSACTION"]:
+            con.execute(statement)
+        _load(con, deriver, records, size, lambda: progress and progress(deriver.size))
+        if size is not None and deriver.size < size:
+            raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
+        insert_rows(con, "call_chains", deriver.take_chains())
+        tables = {
+            name: con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table()
+            .cast(view.schema)
+            for name, view in VIEWS.items()
+        }
+    return deriver.report(), tables
+
+
+def _batches(
+    items: Iterable[Record | Damage | TornTail], size: int | None,
+) -> Iterator[tuple[list[Record], str | None]]:
+    """The records of ``items`` (up to ``size`` entries) in batches of :data:`CHUNK`, each
+    with the reason the log cannot be read past it (damage), else None."""
+    batch: list[Record] = []
+    for item in items:
+        if isinstance(item, TornTail) or (size is not None and item.index >= size):
+            break
+        if isinstance(item, Damage):
+            yield batch, f"log damaged at seq {item.index}: {item.reason} (run verify)"
+            return
+        batch.append(item)
+        if len(batch) == CHUNK:
+            yield batch, None
+            batch = []
+    if batch:
+        yield batch, None
+
+
+def _load(
+    con: duckdb.DuckDBPyConnection, deriver: Deriver,
+    items: Iterable[Record | Damage | TornTail], size: int | None,
+    chunk_done: Callable[[], object],
+) -> None:
+    """Feed ``items`` (up to ``size`` entries) to ``deriver`` one :data:`CHUNK` at a time
+    and insert the rows of each into ``con`` on a thread of its own (:class:`_Inserter`).
+    Each chunk after the first is checked in a worker process meanwhile
+    (:class:`evidence_ledger.index.worker.BatchChecker`).
+
+    Raises:
+        EvidenceError: at a damaged record (see :meth:`Deriver.feed`).
+    """
+    with _Inserter(con) as inserter, BatchChecker() as checker:
+        batches = _batches(items, size)
+        ahead: collections.deque[tuple[list[Record], str | None]] = collections.deque()
+        while True:
+            while len(ahead) <= AHEAD and (batch := next(batches, None)) is not None:
+                if batch[0]:
+                    checker.submit(batch[0])  # checked while earlier batches are derived
+                ahead.append(batch)
+            if not ahead:
+                break
+            records, damage = ahead.popleft()
+            if records:
+                deriver.feed(records, checker.result())
+                inserter.put(deriver.take())
+                chunk_done()
+            if damage is not None:
+                raise EvidenceError(damage)
+
+
+# -- the index file --------------------------------------------------------------------
+
+_SAFE_GLOBALS = {
+    ("evidence_ledger.index.build", "Deriver"), ("collections", "defaultdict"),
+    ("collections", "Counter"),
+    ("collections", "OrderedDict"), ("collections", "deque"), ("builtins", "set"),
+    ("builtins", "frozenset"), ("builtins", "list"), ("builtins", "dict"),
+    ("builtins", "tuple"),
+}
+_PURE_MODULES = frozenset({
+    "evidence_ledger.verify.rules", "evidence_ledger.verify.lineage",
+    "evidence_ledger.verify.findings", "evidence_ledger.tlog.merkle",
+    "evidence_ledger.format.entries", "evidence_ledger.format.digests",
+})
+"""Modules without I/O whose classes the rule engine's state is made of."""
+
+
+class _StateUnpickler(pickle.Unpickler):
+    """Unpickles the deriver's state: builtin containers and classes (never functions) of
+    the pure modules the rules are built from. The state file is not trusted to run
+    code: anything else fails, and the index is rebuilt."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        if module in _PURE_MODULES and name.isidentifier():
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in index state")
+
+
+def _state_path(target: Path) -> Path:
+    return target.with_name(target.name + ".state")
+
+
+def refuse_non_regular(target: Path) -> None:
+    """Refuse an index, WAL or state path that holds a symlink, FIFO, socket, device or
+    directory: DuckDB and the state reader would follow it or block on it for ever.
+
+    Raises:
+        UsageError: naming the path and what it is.
+    """
+    for path in (target, target.with_name(target.name + ".wal"), _state_path(target)):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"cannot use index {path}: {problem(exc)}") from exc
+        if stat.S_ISDIR(mode):
+            raise UsageError(f"refusing to use {path} as the index: it is a directory")
+        if not stat.S_ISREG(mode):
+            raise UsageError(
+                f"refusing to use {path} as the index: it is not a regular file (an index "
+                "is derived from the log: name another file with --index)"
+            )
+
+
+def checked_index_path(ledger: Ledger, path: str | os.PathLike[str] | None = None) -> Path:
+    """The index file (:func:`index_path`), refused before anything is made beside it
+    (its lock, WAL or state) when it cannot be an index: a path :func:`refuse_non_regular`
+    refuses; a file named by ``path`` that is not a DuckDB database (never replaced); a
+    path inside the ledger directory other than the default index (the ledger's files and
+    directories there are its own: ``torn``, ``tree/``, ``writer.lock``, ``checkpoints/``;
+    ``verify`` flags any other file in its directories).
+
+    Raises:
+        UsageError: naming the path and why.
+    """
+    if path is not None and Path(path).name in ("", ".", ".."):
+        raise UsageError("--index names no file: give the index file's path")
+    target = index_path(ledger, path)
+    refuse_non_regular(target)
+    if path is None:
+        return target
+    home = ledger.directory.resolve()
+    if target.parent.resolve() / target.name == home / INDEX_NAME:
+        return target  # the default, named
+    if target.parent.resolve().is_relative_to(home):
+        raise UsageError(
+            f"refusing --index {target}: it is inside the ledger directory, whose files are "
+            f"the ledger's own; name a file outside {home}, or leave out --index"
+        )
+    _refuse_foreign(target)
+    return target
+
+
+def _refuse_foreign(target: Path) -> None:
+    """Refuse to replace an existing file at ``target`` that is not a DuckDB database."""
+    try:
+        foreign = target.exists() and not _is_duckdb_file(target)
+    except OSError as exc:
+        raise UsageError(f"cannot use index {target}: {problem(exc)}") from exc
+    if foreign:
+        raise UsageError(
+            f"refusing to replace {target}: it is not a DuckDB index (delete it if it is a "
+            "damaged index, or name another file with --index)"
+        )
+
+
+def _load_state(target: Path, size: int, last_hash: str) -> Deriver | None:
+    """The deriver saved beside the index, if it stands at ``size`` / ``last_hash``."""
+    try:
+        with os.fdopen(open_regular(_state_path(target)), "rb") as fh:
+            state = _StateUnpickler(fh).load()
+    except Exception:  # missing or damaged: the index is a cache, rebuild it
+        return None
+    if not _well_formed(state) or state.size != size or digest_text(state.last_hash) != last_hash:
+        return None
+    return state
+
+
+def _well_formed(state: object) -> bool:
+    """True when ``state`` is a :class:`Deriver` whose own fields have the types the
+    update reads (the unpickler admits only our classes, not their shapes)."""
+    fields = getattr(state, "__dict__", {})
+    types = {
+        "engine": rules.RuleEngine, "tree": merkle.CompactRange, "size": int, "offset": int,
+        "last_offset": int, "last_hash": bytes, "_checked": list, "_call_seqs": dict,
+        "_violations": list,
+        "_touched": set, "_findings": int, "_persisted_at": dict, "_executed_at": dict,
+        "_blocks": list,
+    }
+    return (
+        isinstance(state, Deriver) and fields.keys() == types.keys()
+        and all(type(fields[name]) is kind for name, kind in types.items())
+        and len(fields["last_hash"]) == 32
+    )
+
+
+def _save_state(target: Path, deriver: Deriver) -> None:
+    path = _state_path(target)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            pickle.dump(deriver, fh, protocol=5)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror} (pass --index)") from exc
+
+
+@functools.cache
+def _fingerprint() -> str:
+    """Digest of the code the index rows and the saved state depend on: other code, other
+    index (rebuilt)."""
+    digest = hashlib.sha256(f"index v{INDEX_VERSION}".encode())
+    code = _PURE_MODULES | {
+        "evidence_ledger.format.encoding", "evidence_ledger.verify.chains",
+        "evidence_ledger.index.check", "evidence_ledger.index.db", __name__,
+    }
+    for name in sorted(code):
+        module = sys.modules.get(name)
+        digest.update(name.encode() + b"\0")
+        if module is not None and module.__file__:
+            digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """Where an index stands.
+
+    Attributes:
+        path: the DuckDB file.
+        tree_size: entries indexed.
+        root_hash: RFC 9162 root hash over them (32 bytes).
+        added: entries this update read (0 when it was already current).
+        rebuilt: True when this update started from an empty index.
+    """
+
+    path: Path
+    tree_size: int
+    root_hash: bytes
+    added: int = 0
+    rebuilt: bool = False
+
+    @property
+    def root_b64(self) -> str:
+        """The root hash in standard base64 (as ``verify --json`` prints it)."""
+        return base64.b64encode(self.root_hash).decode("ascii")
+
+
+def index_path(ledger: Ledger, path: str | os.PathLike[str] | None = None) -> Path:
+    """The index file: ``path``, else ``<ledger>/index.duckdb``."""
+    return Path(path) if path else ledger.directory / INDEX_NAME
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while bulk-deriving: millions of small acyclic containers
+    would otherwise trigger collections that rescan the growing rule state."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def index_lock(path: Path, exclusive: bool) -> Iterator[None]:
+    """Hold ``<index>.lock``: exclusive while updating, shared while reading.
+
+    Raises:
+        UsageError: if the lock cannot be taken (time-out, or an unwritable directory).
+    """
+    lock = path.with_name(path.name + ".lock")
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(lock, exclusive=exclusive))
+        except StorageError as exc:
+            raise UsageError(f"{exc} (pass --index)") from exc
+        yield
+
+
+def _is_duckdb_file(path: Path) -> bool:
+    """True when ``path`` holds a DuckDB database (its header carries ``DUCK`` at byte 8)."""
+    with open(path, "rb") as fh:
+        return fh.read(12)[8:12] == b"DUCK"
+
+
+def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
+    """A new, empty index at ``path``. What is there is replaced when it is a DuckDB file,
+    or ``owned`` (the default ``<ledger>/index.duckdb``: a damaged cache of ours);
+    another file named by ``--index`` is refused, never clobbered."""
+    if not owned:
+        _refuse_foreign(path)
+    try:
+        for stale in (path, path.with_name(path.name + ".wal"), _state_path(path)):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+        con = duckdb.connect(str(path))
+    except (OSError, duckdb.Error) as exc:
+        raise UsageError(f"cannot create index {path}: {one_line(exc)} (pass --index)") from exc
+    for statement in SCHEMA:
+        con.execute(statement)
+    return con
+
+
+def _meta(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
+    try:
+        rows = con.execute(
+            "SELECT index_version, code_fingerprint, tree_size, root_hash, last_entry_hash, "
+            "last_record_offset, log_offset FROM ledger_index"
+        ).fetchall()
+    except duckdb.Error:
+        return None
+    row = rows[0] if len(rows) == 1 else None
+    if row is None or row[0] != INDEX_VERSION or row[1] != _fingerprint():
+        return None
+    return tuple(row)
+
+
+def _same_log(ledger: Ledger, size: int, last_hash: str, last_offset: int) -> bool:
+    """True when the log still holds the last indexed record where the index left it."""
+    if size == 0:
+        return True
+    first = next(iter(ledger.store.scan(last_offset, size - 1)), None)
+    return isinstance(first, Record) and "sha256:" + entry_hash(first.data).hex() == last_hash
+
+
+def _complete(con: duckdb.DuckDBPyConnection | None, size: int) -> bool:
+    """True when the index holds exactly ``size`` entries: an update that stopped midway
+    (killed) has committed chunks past the size its metadata records."""
+    return con is not None and one_row(con, "SELECT count(*) FROM entries") == (size,)
+
+
+def update_index(
+    ledger: Ledger,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    rebuild: bool = False,
+    progress: Progress | None = None,
+) -> IndexInfo:
+    """Bring the index of ``ledger`` up to date with its log, by tree size.
+
+    Reads only the records past the indexed tree size (complete groups: a writer
+    appending meanwhile is seen up to its last acknowledged group). Starts over when the
+    index is missing, unreadable, built by other code, or the log no longer holds the
+    last record indexed (rewritten or truncated). Each chunk is committed as it is
+    inserted; the metadata row, written last, says how far the index holds (an update
+    killed midway is rebuilt, not resumed).
+
+    Args:
+        ledger: the ledger to index.
+        path: the index file (default ``<ledger>/index.duckdb``).
+        rebuild: start over from an empty index.
+        progress: see :data:`Progress`.
+
+    Raises:
+        UsageError: if the ledger has no log, or the index cannot be written.
+        EvidenceError: if a record fails integrity (see :class:`Deriver`).
+    """
+    ledger.require_exists()
+    target = checked_index_path(ledger, path)
+    with index_lock(target, exclusive=True), _gc_paused():
+        con: duckdb.DuckDBPyConnection | None = None
+        try:
+            with contextlib.suppress(duckdb.Error):
+                con = duckdb.connect(str(target))
+            meta = None if (con is None or rebuild) else _meta(con)
+            if meta is not None and not (
+                _same_log(ledger, meta[2], meta[4], meta[5]) and _complete(con, meta[2])
+            ):
+                meta = None
+            deriver: Deriver | None = None
+            items: Iterator[Record | Damage | TornTail] = iter(())
+            if meta is not None:
+                assert con is not None
+                items = ledger.store.scan(meta[6], meta[2])
+                first = next(items, None)
+                if first is None or isinstance(first, TornTail):
+                    return IndexInfo(target, meta[2], base64.b64decode(meta[3]))
+                items = itertools.chain([first], items)
+                deriver = _load_state(target, meta[2], meta[4])
+                if deriver is None:
+                    meta = None
+            if deriver is None:
+                if con is not None:
+                    con.close()
+                con = _connect_fresh(target, owned=path is None)
+                deriver, items = Deriver(), ledger.store.scan()
+            assert con is not None
+            return _catch_up(con, ledger, deriver, items, meta is None, progress, target)
+        finally:
+            if con is not None:
+                con.close()
+
+
+class _Inserter:
+    """Bulk inserts run on a thread of their own, so DuckDB (which releases the GIL)
+    stores and compresses one chunk while the next one is derived.
+
+    Use as a context manager around the loop that calls :meth:`put`, inside a
+    transaction: each chunk is inserted and committed, and a new transaction begun (so
+    memory holds one chunk, not the whole update). The connection must not be used by
+    anyone else until the block exits. On exit the thread has stopped: it has inserted
+    everything put, or stopped at its first error, re-raised here (a DuckDB error as
+    :class:`UsageError`). When the block raises (Ctrl-C included), the chunk being
+    inserted is interrupted and the rest dropped; a Ctrl-C while waiting for the thread
+    is re-raised once it has stopped, so the connection is never closed under it.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+        self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=2)
+        self._error: Exception | None = None
+        self._abort = False
+        self._done = threading.Event()  # set as the thread ends (Python 3.11's Thread.join,
+        # interrupted by Ctrl-C, marks a running thread stopped: is_alive() cannot be trusted)
+        self._thread = threading.Thread(target=self._run, name="index-insert", daemon=True)
+
+    def __enter__(self) -> _Inserter:
+        self._thread.start()
+        return self
+
+    def put(self, chunk: Chunk) -> None:
+        """Queue one chunk; blocks while two chunks wait."""
+        self._queue.put(chunk)
+
+    def _run(self) -> None:
+        try:
+            while (chunk := self._queue.get()) is not None:
+                if self._error is None and not self._abort:
+                    try:
+                        chunk.insert(self._con)
+                        self._con.execute("COMMIT")
+                        self._con.execute("BEGIN TRANSACTION")
+                    except Exception as exc:  # re-raised in the caller's thread on exit
+                        self._error = exc
+        finally:
+            self._done.set()
+
+    def _stop_early(self) -> None:
+        self._abort = True
+        with contextlib.suppress(Exception):
+            self._con.interrupt()
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        if exc_type is not None:
+            self._stop_early()
+        interrupted: KeyboardInterrupt | None = None
+        sent = False
+        while True:  # the sentinel, then the thread's end, whatever Ctrl-C comes meanwhile
+            try:
+                if not sent and not self._queue.full():
+                    self._queue.put_nowait(None)
+                    sent = True
+                if self._done.wait(timeout=0.1):
+                    break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+                self._stop_early()
+        if exc_type is not None:
+            return
+        if interrupted is not None:
+            raise interrupted
+        error, self._error = self._error, None
+        if isinstance(error, duckdb.Error):
+            raise UsageError(f"cannot write the index: {one_line(error)}") from error
+        if error is not None:
+            raise error
+
+
+def _catch_up(
+    con: duckdb.DuckDBPyConnection, ledger: Ledger, deriver: Deriver,
+    items: Iterator[Record | Damage | TornTail], fresh: bool, progress: Progress | None,
+    target: Path,
+) -> IndexInfo:
+    start, first_byte = deriver.size, deriver.offset
+    total = ledger.store.path.stat().st_size - first_byte
+
+    def report() -> None:
+        if progress:
+            progress(deriver.size - start, deriver.offset - first_byte, total)
+
+    con.execute("BEGIN TRANSACTION")
+    _load(con, deriver, items, None, report)
+    changed = deriver.take_chains()
+    if not fresh and changed.num_rows:
+        con.register("_changed", changed.select(["call_seq"]))
+        con.execute("DELETE FROM call_chains WHERE call_seq IN (SELECT call_seq FROM _changed)")
+        con.unregister("_changed")
+    insert_rows(con, "call_chains", changed)
+    root = deriver.tree.root()
+    con.execute("DELETE FROM ledger_index")
+    con.execute(
+        "INSERT INTO ledger_index VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [INDEX_VERSION, _fingerprint(), deriver.size, base64.b64encode(root).decode("ascii"),
+         digest_text(deriver.last_hash), deriver.last_offset, deriver.offset],
+    )
+    _save_state(target, deriver)
+    con.execute("COMMIT")
+    report()
+    return IndexInfo(target, deriver.size, root, deriver.size - start, fresh)
+
+
+def is_current(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> bool:
+    """True when the index holds every complete record of the log (cheap: no scan)."""
+    meta = _meta(con)
+    if meta is None:
+        return False
+    try:
+        size = ledger.store.path.stat().st_size
+    except OSError:
+        return False
+    return (
+        size == meta[6] and _same_log(ledger, meta[2], meta[4], meta[5])
+        and _complete(con, meta[2])
+    )

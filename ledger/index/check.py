@@ -1,0 +1,100 @@
+"""Stage one of deriving the index: check a batch of log records, each on its own (pure).
+
+What the index needs of each record that does not depend on the records before it:
+:func:`check_batch` holds the record to its CRC-32 and to
+:func:`evidence_ledger.format.entries.decode_entry`
+(canonical MessagePack, a typed body), takes its entry hash and its RFC 9162 §2.1.1 leaf
+hash, and makes its row of the chunk tables (:data:`evidence_ledger.index.db.CHECKED_SCHEMAS`:
+every column but ``call_seq``). Stage two, :class:`evidence_ledger.index.build.Deriver`, then runs
+the
+batch in order: ``seq`` and ``prev`` links, the tree, the rules, and ``call_seq``.
+
+A batch needs nothing from the other batches, so a big update checks the next batch in a
+process of its own (:mod:`evidence_ledger.index.worker`) while stage two runs on this one; a small
+one checks it in line. Both give the same :class:`CheckedBatch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from evidence_ledger.format.entries import decode_entry, entry_hash
+from evidence_ledger.format.errors import EncodingError
+from evidence_ledger.format.framing import Record
+from evidence_ledger.index.db import BODIES, CHECKED_SCHEMAS, exact_ns, timestamps
+from evidence_ledger.tlog import merkle
+
+__all__ = ["CheckedBatch", "check_batch"]
+
+
+@dataclass(frozen=True)
+class CheckedBatch:
+    """What :func:`check_batch` found in a batch of records.
+
+    Attributes:
+        first: index of the batch's first record (the seq it must hold).
+        count: records that passed, from the first (all of the batch unless ``problem``).
+        hashes: their entry hashes, 32 bytes each, concatenated (``count * 32`` bytes).
+        leaves: their RFC 9162 leaf hashes, 32 bytes each, concatenated.
+        tables: entry kind -> those records' rows, in seq order
+            (:data:`evidence_ledger.index.db.CHECKED_SCHEMAS`).
+        problem: why record ``first + count`` cannot be indexed (one line, naming its
+            seq), or None when every record passed.
+    """
+
+    first: int
+    count: int
+    hashes: bytes
+    leaves: bytes
+    tables: dict[str, pa.Table]
+    problem: str | None
+
+
+def check_batch(records: Sequence[Record]) -> CheckedBatch:
+    """Check a non-empty batch of consecutive records, up to the first that fails.
+
+    A record fails when its CRC-32 does not match or it does not decode canonically with
+    the fields of its kind.
+    Its ``seq`` and ``prev`` are not checked here: they depend on the records before.
+
+    Returns:
+        A :class:`CheckedBatch`; never raises on bad records.
+    """
+    hashes, leaves = bytearray(), bytearray()
+    rows: dict[str, tuple[list[tuple[object, ...]], list[dict[str, object]]]] = {}
+    problem = None
+    first = records[0].index
+    for seq, (_, _, data, crc_ok) in enumerate(records, start=first):
+        if not crc_ok:
+            problem = f"log damaged at seq {seq}: record fails its CRC-32 (run verify)"
+            break
+        try:
+            entry = decode_entry(data)
+        except EncodingError as exc:
+            problem = f"log damaged at seq {seq}: {exc} (run verify)"
+            break
+        hash_ = entry_hash(data)
+        hashes += hash_
+        leaves += merkle.leaf_hash(data)
+        kind = rows.get(entry.kind)
+        if kind is None:
+            kind = rows[entry.kind] = ([], [])
+        refs = ["sha256:" + r.hex() for r in entry.refs] if entry.refs else []
+        kind[0].append((entry.seq, hash_, entry.prev, entry.time, refs))
+        kind[1].append(entry.body)
+    return CheckedBatch(
+        first, len(hashes) // 32, bytes(hashes), bytes(leaves),
+        {kind: _table(kind, *found) for kind, found in rows.items()}, problem,
+    )
+
+
+def _table(kind: str, rows: list[tuple[object, ...]], bodies: list[dict[str, object]]) -> pa.Table:
+    seqs, hashes, prevs, times, refs = zip(*rows, strict=True)
+    ns = pa.array(times, pa.uint64())
+    return pa.Table.from_arrays([
+        pa.array(seqs, pa.int64()), pa.array(hashes, pa.binary()), pa.array(prevs, pa.binary()),
+        exact_ns(ns), timestamps(ns), pa.array(refs, pa.list_(pa.string())),
+        pa.array(bodies, BODIES[kind]),
+    ], schema=CHECKED_SCHEMAS[kind])

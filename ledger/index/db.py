@@ -1,0 +1,356 @@
+"""The index database: its tables (columns, Arrow schemas, ``CREATE TABLE`` statements),
+the SQL that turns a chunk of raw entries into view rows, and small DuckDB helpers.
+
+:data:`VIEWS` is the contract with users (documented in docs/QUERIES.md). A
+:class:`Chunk` holds one Arrow table per entry kind (the entries' seq, hash, prev, time,
+refs, body, and the ``seq`` of the call the rules attribute each one to: see
+:class:`evidence_ledger.index.build.Deriver`); :meth:`Chunk.insert` makes every view's rows from
+them
+with one ``INSERT ... SELECT`` per view, in DuckDB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+from evidence_ledger.format import entries
+
+__all__ = [
+    "BLOCKS_SCHEMA",
+    "BODIES",
+    "CALL_SEQ",
+    "CHECKED_SCHEMAS",
+    "MAX_TIME_NS",
+    "SCHEMA",
+    "VIEWS",
+    "Chunk",
+    "View",
+    "digest_text",
+    "exact_ns",
+    "insert_rows",
+    "one_line",
+    "one_row",
+    "rows_table",
+    "timestamps",
+]
+
+
+MAX_TIME_NS = 2**63 - 1
+"""Latest time the index's ``*_ns`` (BIGINT) columns hold: a later entry time (the format
+allows up to 2^64-1 ns, in the year 2554) is NULL there, and its TIMESTAMP column holds
+it to the microsecond."""
+
+_ARROW = {
+    "BIGINT": pa.int64(),
+    "VARCHAR": pa.string(),
+    "BOOLEAN": pa.bool_(),
+    "TIMESTAMP": pa.timestamp("us"),
+    "VARCHAR[]": pa.list_(pa.string()),
+}
+
+
+@dataclass(frozen=True)
+class View:
+    """One table of the index.
+
+    Attributes:
+        name: table name.
+        columns: ``(column, DuckDB type)`` pairs, in order. A ``TIMESTAMP`` column ``x``
+            (UTC, microseconds) always has a ``BIGINT`` column ``x_ns`` (exact ns).
+        time: the ``*_ns`` column ``export --since/--until`` filter on.
+        order: the column(s) rows are ordered by.
+    """
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    time: str
+    order: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the view (what exports hold)."""
+        return pa.schema([(name, _ARROW[kind]) for name, kind in self.columns])
+
+    @property
+    def names(self) -> list[str]:
+        """Column names, in order."""
+        return [name for name, _ in self.columns]
+
+
+def _cols(spec: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in spec.split():
+        name, _, kind = item.partition(":")
+        out.append((name, kind or "VARCHAR"))
+    return tuple(out)
+
+
+_IDENT = "run_id scope:VARCHAR[] call_id"
+VIEWS: dict[str, View] = {
+    view.name: view
+    for view in (
+        View("entries", _cols(
+            "seq:BIGINT entry_hash prev kind time:TIMESTAMP time_ns:BIGINT "
+            f"{_IDENT} refs:VARCHAR[]"), "time_ns", "seq"),
+        View("calls", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} agent tool arguments_digest arguments_form "
+            "arguments_payload needs_approval:BOOLEAN response_id called_at:TIMESTAMP "
+            "called_at_ns:BIGINT"), "called_at_ns", "seq"),
+        View("approvals", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} agent tool decision always:BOOLEAN approver "
+            "reason message_digest arguments_digest call_arguments_digest bound:BOOLEAN "
+            "call_seq:BIGINT decided_at:TIMESTAMP decided_at_ns:BIGINT"), "decided_at_ns", "seq"),
+        View("executions", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} agent tool arguments_digest arguments_form "
+            "result_digest error arguments_match:BOOLEAN call_seq:BIGINT "
+            "executed_at:TIMESTAMP executed_at_ns:BIGINT"), "executed_at_ns", "seq"),
+        View("session_items", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} session_id op item_type item_digest "
+            "output_digest arguments_digest call_seq:BIGINT recorded_at:TIMESTAMP "
+            "recorded_at_ns:BIGINT"), "recorded_at_ns", "seq"),
+        View("guardrails", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} agent tool guardrail message_digest "
+            "call_seq:BIGINT blocked_at:TIMESTAMP blocked_at_ns:BIGINT"), "blocked_at_ns", "seq"),
+        View("violations", _cols(
+            f"finding_no:BIGINT seq:BIGINT rule {_IDENT} detail call_seq:BIGINT "
+            "time:TIMESTAMP time_ns:BIGINT"), "time_ns", "finding_no"),
+        View("call_chains", _cols(
+            f"call_seq:BIGINT {_IDENT} agent tool arguments_digest needs_approval:BOOLEAN "
+            "decision sticky:BOOLEAN approver called_at:TIMESTAMP called_at_ns:BIGINT "
+            "decided_at:TIMESTAMP decided_at_ns:BIGINT executed_at:TIMESTAMP "
+            "executed_at_ns:BIGINT executions:BIGINT persisted:BIGINT "
+            "persisted_at:TIMESTAMP persisted_at_ns:BIGINT status violations:VARCHAR[]"),
+            "called_at_ns", "call_seq"),
+    )
+}
+"""Every table of the index, in export order (columns documented in docs/QUERIES.md)."""
+
+def digest_text(digest: bytes | None) -> str | None:
+    """A 32-byte digest as ``sha256:<lowercase hex>`` (None stays None)."""
+    return None if digest is None else "sha256:" + digest.hex()
+
+
+def rows_table(view: View, rows: list[tuple[Any, ...]]) -> pa.Table:
+    """Rows (tuples in column order; a TIMESTAMP column ``x`` and its ``x_ns`` column both
+    hold the time in ns, up to 2^64-1) -> Arrow table (see :func:`timestamps`,
+    :func:`exact_ns`)."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in view.columns]
+    times = {f"{name}_ns" for name, kind in view.columns if kind == "TIMESTAMP"}
+    arrays = []
+    for (name, kind), values in zip(view.columns, columns, strict=True):
+        if kind == "TIMESTAMP":
+            arrays.append(timestamps(pa.array(values, pa.uint64())))
+        elif name in times:
+            arrays.append(exact_ns(pa.array(values, pa.uint64())))
+        else:
+            arrays.append(pa.array(values, _ARROW[kind]))
+    return pa.Table.from_arrays(arrays, schema=view.schema)
+
+
+def timestamps(ns: pa.Array) -> pa.Array:
+    """ns since the epoch (uint64, any entry time) -> TIMESTAMP (UTC, microseconds)."""
+    us = pc.divide(ns.cast(pa.uint64()), pa.scalar(1000, pa.uint64()))
+    return us.cast(pa.int64()).cast(pa.timestamp("us"))
+
+
+def exact_ns(ns: pa.Array) -> pa.Array:
+    """ns since the epoch (uint64) -> the ``*_ns`` BIGINT column: NULL for a time past
+    :data:`MAX_TIME_NS` (its TIMESTAMP column still holds it, to the microsecond)."""
+    ns = ns.cast(pa.uint64())
+    return pc.if_else(pc.greater(ns, pa.scalar(MAX_TIME_NS, pa.uint64())), None, ns).cast(
+        pa.int64())
+
+
+
+# -- entry rows: Arrow tables of raw bodies, made into view rows by SQL ----------------
+
+_BODY_TYPES: dict[str, pa.DataType] = {
+    **dict.fromkeys((
+        "run_id", "call_id", "agent", "tool", "args_form", "response_id", "decision",
+        "approver", "reason", "error", "session_id", "op", "item_type", "guardrail",
+    ), pa.string()),
+    "scope": pa.list_(pa.string()),
+    **dict.fromkeys(("needs_approval", "always"), pa.bool_()),
+    **dict.fromkeys((
+        "args_digest", "args_payload", "message_digest", "result_digest", "item_digest",
+        "output_digest",
+    ), pa.binary()),
+}
+"""Arrow types of the body fields the views read (as :data:`entries.BODY_FIELDS` checks them)."""
+
+BODIES: dict[str, pa.StructType] = {
+    kind: pa.struct([(name, _BODY_TYPES[name]) for name in fields if name in _BODY_TYPES])
+    for kind, fields in entries.BODY_FIELDS.items()
+}
+"""Per entry kind, the Arrow struct of its body as the views read it."""
+
+
+def _checked_schema(kind: str) -> pa.Schema:
+    return pa.schema([
+        ("seq", pa.int64()), ("entry_hash", pa.binary()), ("prev", pa.binary()),
+        ("time_ns", pa.int64()), ("time", pa.timestamp("us")),
+        ("refs", pa.list_(pa.string())), ("body", BODIES[kind]),
+    ])
+
+
+CHECKED_SCHEMAS = {kind: _checked_schema(kind) for kind in BODIES}
+"""Per entry kind, the rows :func:`evidence_ledger.index.check.check_batch` makes of its entries:
+seq, entry hash, prev, time, refs and body."""
+
+CALL_SEQ = pa.field("call_seq", pa.int64())
+"""The column :class:`evidence_ledger.index.build.Deriver` adds to those rows (the chunk tables,
+registered
+as ``raw_<kind>``): the ``seq`` of the call the rules attribute each entry to."""
+
+
+def _hex(expr: str) -> str:
+    return f"'sha256:' || lower(hex({expr}))"
+
+
+def _field(kind: str, name: str, sql_type: str) -> str:
+    """``r.body.<name>``, or a typed NULL when entries of ``kind`` have no such field."""
+    return f"r.body.{name}" if name in BODIES[kind].names else f"NULL::{sql_type}"
+
+
+def _entries_select(kind: str) -> str:
+    return (
+        f"SELECT r.seq, r.entry_hash, r.prev, '{kind}' AS kind, r.time, r.time_ns, "
+        f"{_field(kind, 'run_id', 'VARCHAR')} AS run_id, "
+        f"{_field(kind, 'scope', 'VARCHAR[]')} AS scope, "
+        f"{_field(kind, 'call_id', 'VARCHAR')} AS call_id, r.refs FROM raw_{kind} r"
+    )
+
+
+_IDENT_SQL = "r.seq, {h} AS entry_hash, r.body.run_id, r.body.scope, r.body.call_id".format(
+    h=_hex("r.entry_hash"))
+_WHO_SQL = ("coalesce(nullif(r.body.agent, ''), c.agent) AS agent, "
+            "coalesce(nullif(r.body.tool, ''), c.tool) AS tool")
+_CALL = "LEFT JOIN calls c ON c.seq = r.call_seq"
+_SHOWN = f"coalesce({_hex('r.body.args_digest')}, c.arguments_digest)"
+_VIEW_SQL: dict[str, tuple[str, str]] = {
+    "calls": ("call", f"""
+        SELECT {_IDENT_SQL}, r.body.agent, r.body.tool,
+            {_hex('r.body.args_digest')} AS arguments_digest, r.body.args_form AS arguments_form,
+            {_hex('r.body.args_payload')} AS arguments_payload, r.body.needs_approval,
+            r.body.response_id, r.time AS called_at, r.time_ns AS called_at_ns
+        FROM raw_call r"""),
+    "approvals": ("decision", f"""
+        SELECT {_IDENT_SQL}, {_WHO_SQL}, r.body.decision, r.body.always, r.body.approver,
+            r.body.reason, {_hex('r.body.message_digest')} AS message_digest,
+            {_SHOWN} AS arguments_digest, c.arguments_digest AS call_arguments_digest,
+            CASE WHEN c.seq IS NULL THEN NULL ELSE {_SHOWN} = c.arguments_digest END AS bound,
+            r.call_seq, r.time AS decided_at, r.time_ns AS decided_at_ns
+        FROM raw_decision r {_CALL}"""),
+    "executions": ("execution", f"""
+        SELECT {_IDENT_SQL}, {_WHO_SQL}, {_hex('r.body.args_digest')} AS arguments_digest,
+            r.body.args_form AS arguments_form, {_hex('r.body.result_digest')} AS result_digest,
+            r.body.error,
+            CASE WHEN c.seq IS NULL THEN NULL
+                 ELSE {_hex('r.body.args_digest')} = c.arguments_digest END AS arguments_match,
+            r.call_seq, r.time AS executed_at, r.time_ns AS executed_at_ns
+        FROM raw_execution r {_CALL}"""),
+    "session_items": ("session_item", f"""
+        SELECT {_IDENT_SQL}, r.body.session_id, r.body.op, r.body.item_type,
+            {_hex('r.body.item_digest')} AS item_digest,
+            {_hex('r.body.output_digest')} AS output_digest,
+            {_hex('r.body.args_digest')} AS arguments_digest, r.call_seq,
+            r.time AS recorded_at, r.time_ns AS recorded_at_ns
+        FROM raw_session_item r"""),
+    "guardrails": ("guardrail", f"""
+        SELECT {_IDENT_SQL}, {_WHO_SQL}, r.body.guardrail,
+            {_hex('r.body.message_digest')} AS message_digest, r.call_seq,
+            r.time AS blocked_at, r.time_ns AS blocked_at_ns
+        FROM raw_guardrail r {_CALL}"""),
+}
+"""View -> (the entry kind its rows come from, the SELECT that makes them). ``c`` is the
+row of the call the rules attribute the entry to (``call_seq``): agent and tool fall back
+to it, and ``bound`` / ``arguments_match`` compare with its arguments digest."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Entries fed since the last :meth:`Deriver.take`, ready for a bulk insert.
+
+    Attributes:
+        raw: entry kind -> its entries (:data:`CHECKED_SCHEMAS` and :data:`CALL_SEQ`).
+        violations: new ``violations`` rows.
+        blocks: new ``log_blocks`` rows (:data:`BLOCKS_SCHEMA`).
+    """
+
+    raw: dict[str, pa.Table]
+    violations: pa.Table
+    blocks: pa.Table
+
+    def insert(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Insert the rows into every table of ``con`` (``calls`` first: the other views
+        join it). Raises duckdb.Error."""
+        for kind, table in self.raw.items():
+            con.register(f"raw_{kind}", table)
+        try:
+            for name in VIEWS:
+                if name == "entries" and self.raw:
+                    union = " UNION ALL ".join(_entries_select(kind) for kind in self.raw)
+                    select = (
+                        f"SELECT seq, {_hex('entry_hash')} AS entry_hash, {_hex('prev')} AS "
+                        f"prev, kind, time, time_ns, run_id, scope, call_id, refs FROM ({union})"
+                    )
+                elif name in _VIEW_SQL and _VIEW_SQL[name][0] in self.raw:
+                    select = _VIEW_SQL[name][1]
+                else:
+                    continue
+                columns = ", ".join(VIEWS[name].names)
+                con.execute(f"INSERT INTO {name} SELECT {columns} FROM ({select}) ORDER BY seq")
+        finally:
+            for kind in self.raw:
+                con.unregister(f"raw_{kind}")
+        insert_rows(con, "violations", self.violations)
+        insert_rows(con, "log_blocks", self.blocks)
+
+
+BLOCKS_SCHEMA = pa.schema([("first_seq", pa.int64()), ("log_offset", pa.int64())])
+"""Rows of ``log_blocks``: where a record starts in the log file (``first_seq``, its
+byte offset), for a few records (see :data:`evidence_ledger.index.build.BLOCK`), so that a reader of
+the index finds the records it names without scanning the log from its start."""
+
+SCHEMA = [
+    f"CREATE TABLE {view.name} ({', '.join(f'{n} {t}' for n, t in view.columns)})"
+    for view in VIEWS.values()
+] + [
+    "CREATE TABLE ledger_index (index_version INTEGER, code_fingerprint VARCHAR, "
+    "tree_size BIGINT, root_hash VARCHAR, last_entry_hash VARCHAR, "
+    "last_record_offset BIGINT, log_offset BIGINT)",
+    "CREATE TABLE log_blocks (first_seq BIGINT, log_offset BIGINT)",
+]
+"""The statements that create an empty index: every view, the one-row metadata table
+``ledger_index`` (where the index stands in the log) and ``log_blocks``
+(:data:`BLOCKS_SCHEMA`)."""
+
+
+def one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...] | None:
+    """The single row of ``sql`` (fetched to the end, as DuckDB wants), or None."""
+    rows = con.execute(sql).fetchall()
+    return tuple(rows[0]) if len(rows) == 1 else None
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    """Bulk-insert ``table`` (the columns of table ``name``, in order) into ``name``.
+    Raises duckdb.Error."""
+    if table.num_rows:
+        con.register("_rows", table)
+        con.execute(f"INSERT INTO {name} SELECT * FROM _rows")
+        con.unregister("_rows")
+
+
+def one_line(exc: Exception) -> str:
+    """A DuckDB error message on one line, without the query excerpt DuckDB appends."""
+    lines = []
+    for line in str(exc).splitlines():
+        if line.strip().startswith("LINE "):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines) or type(exc).__name__

@@ -1,0 +1,97 @@
+"""Signing a checkpoint: the ledger's current tree head, verified from the log, signed and
+stored (``evidence-ledger checkpoint``).
+
+Only an intact log that extends the latest stored checkpoint is signed, so the log never
+signs two inconsistent checkpoints (c2sp.org/tlog-checkpoint). The store is
+:mod:`evidence_ledger.storage.checkpoint_store`; the note format
+:mod:`evidence_ledger.tlog.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.storage.checkpoint_store import CheckpointStore, StoredCheckpoint
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint
+from evidence_ledger.tlog.note import Signer, parse_note, sign_note
+from evidence_ledger.verify.findings import INTEGRITY
+from evidence_ledger.verify.records import Report, verify_records
+
+__all__ = ["create_checkpoint"]
+
+def create_checkpoint(
+    ledger: Ledger | str | os.PathLike[str] | None,
+    signers: Sequence[Signer],
+    head: Report | None = None,
+) -> StoredCheckpoint:
+    """Sign the ledger's current tree head with every signer and store it.
+
+    The origin is the first signer's name (and must match the origin of the stored
+    checkpoints). Refuses to sign unless the tree extends the latest stored checkpoint.
+
+    Args:
+        ledger: the ledger or its directory.
+        signers: one or more keys; one signature line each, in order.
+        head: a verifier :class:`~evidence_ledger.verify.records.Report` of this ledger's log,
+        taken just
+            before (as :func:`evidence_ledger.verify.audit.verify_ledger` gives it, holding the
+            root at
+            the latest stored checkpoint's size): its tree head is signed, saving a
+            second pass over the log. None (or a report without that root): the head is
+            computed from the log here.
+
+    Returns:
+        The stored checkpoint; ``data`` is the signed note exactly as stored.
+
+    Raises:
+        UsageError: if there is no ledger, no key, or the origin differs from the
+            stored checkpoints'.
+        EvidenceError: if the log is damaged, or does not extend the latest checkpoint
+            (rolled back or rewritten), or that checkpoint is unreadable.
+        StorageError: if the checkpoint cannot be written.
+    """
+    if not signers:
+        raise UsageError("at least one --key is needed to sign a checkpoint")
+    origin = signers[0].name
+    store = CheckpointStore(ledger)
+    with store.lock():
+        latest = store.latest()
+        previous = None
+        if latest is not None:
+            try:
+                previous = parse_checkpoint(parse_note(latest.data).text)
+            except EvidenceError as exc:
+                raise EvidenceError(
+                    f"latest checkpoint {latest.path} is unreadable ({exc}); run verify"
+                ) from exc
+            if previous.origin != origin:
+                raise UsageError(
+                    f"the ledger's checkpoints have origin {previous.origin!r}; the first "
+                    f"key is named {origin!r}"
+                )
+        # The head is computed from log.bin itself (never from the derived tree/ cache),
+        # and only an intact log is signed.
+        report = head
+        if report is None or (previous is not None and previous.size not in report.roots):
+            report = verify_records(
+                store.ledger.scan(), roots_at=() if previous is None else (previous.size,)
+            )
+        broken = [v for v in report.violations if v.rule == INTEGRITY]
+        if broken:
+            raise EvidenceError(
+                f"refusing to sign: the log is damaged at seq {broken[0].seq} "
+                f"({broken[0].detail}); run verify"
+            )
+        if previous is not None and (
+            previous.size > report.tree_size or report.root(previous.size) != previous.root
+        ):
+            raise EvidenceError(
+                f"refusing to sign: the ledger ({report.tree_size} entries) does not extend "
+                f"checkpoint {latest.number if latest else 0} (tree size {previous.size}); "
+                "it was rolled back or rewritten (run verify)"
+            )
+        body = Checkpoint(origin, report.tree_size, report.root_hash).to_text()
+        return store.append(sign_note(body, signers))

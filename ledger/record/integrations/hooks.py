@@ -1,0 +1,385 @@
+"""Attaching recording to agents: agent hooks that record calls and executions (of
+function tools, and of handoffs); function-tool wrappers that record callable approval
+policies and set the scope of nested (agent-as-tool) calls; and tool guardrails, wrapped
+in place, that record their blocks.
+
+Agent hooks the user set are kept and still called (after recording). Hooks given to
+``Runner.run`` do not reach agents run through ``Agent.as_tool``, hence agent hooks.
+
+Scope: a call's identity is ``(run_id, scope, call_id)``. ``scope`` is empty at the top
+agent; inside an agent run through ``Agent.as_tool`` it gains the edge
+``"<tool name>:<call_id of the tool call>"``, e.g. ``["ask_expert:call_7"]``, one edge per
+level of nesting. The edge is set while the agent tool runs (a context variable), so the
+nested agent's calls, executions and policies carry it, on resume as well.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import replace
+from operator import methodcaller
+from typing import Any
+
+from agents import (
+    Agent,
+    AgentHooks,
+    FunctionTool,
+    Handoff,
+    ItemHelpers,
+    ModelResponse,
+    ToolInputGuardrail,
+    ToolOutputGuardrail,
+    handoff,
+)
+from agents.exceptions import UserError
+from agents.tool import Tool
+from agents.tool_context import ToolContext
+from agents.tool_guardrails import (
+    ToolGuardrailFunctionOutput,
+)
+from evidence_ledger.record.integrations.legs import CURRENT_LEG, current_leg, entered
+from evidence_ledger.record.writer import EvidenceWriter, Scope
+from openai.types.responses import ResponseFunctionToolCall
+
+__all__ = [
+    "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "attach", "pending_handoffs", "persisted_output",
+]
+
+_MARK = "_evidence_ledger_attached"
+
+IGNORED_HANDOFF = "openai-agents:multiple_handoffs"
+"""The ``guardrail`` name of the block recorded for a handoff the SDK ignored: when a
+model response requests several handoffs, the SDK runs the first and answers each other
+one with the output :data:`IGNORED_HANDOFF_MESSAGE` and runs nothing."""
+
+IGNORED_HANDOFF_MESSAGE = "Multiple handoffs detected, ignoring this one."
+"""The output the SDK (0.20 - 0.24) persists for a handoff it ignored."""
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def persisted_output(
+    context: ToolContext[Any], tool: FunctionTool | None, result: Any
+) -> Any:
+    """The ``output`` the SDK puts in the ``function_call_output`` item for ``result``.
+
+    A string stays as it is; a list of content parts (``ToolOutputText`` and friends)
+    becomes a list of dicts; a tool with a declared output schema gives compact JSON
+    text; anything else becomes ``str(result)``. ``tool`` None: a tool without an output
+    schema.
+    """
+    call = context.tool_call or ResponseFunctionToolCall(
+        type="function_call", call_id=context.tool_call_id, name=context.tool_name,
+        arguments=context.tool_arguments,
+    )
+    try:
+        item = ItemHelpers.tool_call_output_item(
+            call, result, output_json_schema=getattr(tool, "output_json_schema", None),
+            output_type_adapter=getattr(tool, "_output_type_adapter", None),
+        )
+    except UserError:  # the SDK bypasses the output schema for error messages
+        item = ItemHelpers.tool_call_output_item(call, result)
+    return item["output"]
+
+
+def attach(agent: Agent[Any]) -> Agent[Any]:
+    """Attach recording to ``agent`` and the agents reachable from it, in place.
+
+    Reachable: agents run through ``Agent.as_tool`` and ``Agent`` objects in ``handoffs``.
+    Sets a chaining agent hook on each agent (one an ``Agent.clone()`` carries over is
+    kept) and wraps its function tools (agent-as-tool scope, callable ``needs_approval``)
+    and their tool input and output guardrails (also ones added since the last call).
+    Idempotent; the hooks and wrappers record through whichever :class:`Recorder` runs
+    the agent (a tool object shared by several agents names the first one in its
+    ``tool_policy`` entries).
+    Returns ``agent``.
+    """
+    todo, seen = [agent], set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if not isinstance(current.hooks, _RecordingHooks):  # a clone() carries ours along
+            current.hooks = _RecordingHooks(current.hooks)
+        for tool in current.tools:
+            if isinstance(tool, FunctionTool):
+                if _claim(tool):
+                    _wrap_tool(current, tool)
+                for before in tool.tool_input_guardrails or ():  # also ones added later
+                    _wrap_guardrail(before, after_run=False)
+                for after in tool.tool_output_guardrails or ():
+                    _wrap_guardrail(after, after_run=True)
+            nested = getattr(tool, "_agent_instance", None)
+            if isinstance(nested, Agent):
+                todo.append(nested)
+        todo.extend(h for h in current.handoffs if isinstance(h, Agent))
+    return agent
+
+
+def _records(agent: Agent[Any]) -> bool:
+    """True when ``agent`` records (its hooks are ours)."""
+    return isinstance(agent.hooks, _RecordingHooks)
+
+
+def _claim(obj: object) -> bool:
+    """Mark ``obj`` (a tool, a guardrail or one of our wrappers) as attached;
+    False if it already was."""
+    if getattr(obj, _MARK, False):
+        return False
+    setattr(obj, _MARK, True)
+    return True
+
+
+def _wrapper(function: Any) -> Any:
+    """``function``, marked as one of our wrappers (a tool copied or rebuilt with
+    ``dataclasses.replace`` carries them along: they are never wrapped twice)."""
+    _claim(function)
+    return function
+
+
+def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
+    invoke = tool.on_invoke_tool
+    if getattr(tool, "_agent_instance", None) is not None and not getattr(invoke, _MARK, False):
+
+        async def invoke_in_scope(context: ToolContext[Any], arguments: str) -> Any:
+            outer = CURRENT_LEG.get()
+            if outer is None:  # the tool also serves an agent run without the recorder
+                return await invoke(context, arguments)
+            edge = f"{context.tool_name}:{context.tool_call_id}"
+            with entered(replace(outer, scope=(*outer.scope, edge))):
+                return await invoke(context, arguments)
+
+        tool.on_invoke_tool = _wrapper(invoke_in_scope)
+    policy = tool.needs_approval
+    if callable(policy) and not getattr(policy, _MARK, False):
+
+        async def recorded_policy(context: Any, params: Any, call_id: str) -> Any:
+            decided: Any = policy(context, params, call_id)
+            if inspect.isawaitable(decided):
+                decided = await decided
+            frame = CURRENT_LEG.get()
+            if frame is None:  # the tool also serves an agent run without the recorder
+                return decided
+            frame.record(methodcaller(
+                "tool_policy", run_id=frame.run_id, agent=agent.name,
+                tool=tool.name, needs_approval=bool(decided), scope=frame.scope,
+                policy="callable", call_id=call_id, time_ns=frame.journal.writer.clock(),
+            ))
+            return decided
+
+        tool.needs_approval = _wrapper(recorded_policy)
+
+
+def _record_block(
+    call_id: str, agent: str, tool: str, guardrail: str, message: Any = None,
+    time_ns: int | None = None,
+) -> None:
+    """Record a ``guardrail`` entry: ``call_id`` was blocked, its output replaced by
+    ``message`` (None when the block replaced it with nothing known: the run raised), at
+    ``time_ns`` (ns since the epoch; None: now)."""
+    frame = current_leg()
+    frame.record(methodcaller(
+        "guardrail", run_id=frame.run_id, call_id=call_id, guardrail=guardrail,
+        message=message if isinstance(message, str) else None, scope=frame.scope,
+        agent=agent, tool=tool, time_ns=frame.journal.writer.clock() if time_ns is None
+        else time_ns,
+    ))
+
+
+def _wrap_guardrail(
+    guardrail: ToolInputGuardrail[Any] | ToolOutputGuardrail[Any], after_run: bool
+) -> None:
+    """Make ``guardrail`` (in place, once: the object stays the user's, and may serve
+    several tools, of recorded agents or not) record a block when it does not allow a call
+    in a recorded leg. An output guardrail (``after_run``) runs after the tool: it first
+    records the execution with what the tool returned (the SDK then persists the
+    guardrail's message, or raises, and ``on_tool_end`` would only see the message), also
+    when the guardrail itself fails."""
+    if not _claim(guardrail):
+        return
+    name, check = guardrail.get_name(), guardrail.guardrail_function
+
+    @functools.wraps(check)
+    async def recorded(data: Any) -> ToolGuardrailFunctionOutput:
+        # else it serves an agent run without the recorder (maybe inside a recorded leg)
+        recording = CURRENT_LEG.get() is not None and _records(data.agent)
+        try:
+            verdict = check(data)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except BaseException:
+            if after_run and recording:
+                _record_ran(data.context, data.agent, data.output)
+            raise
+        if recording and verdict.behavior["type"] != "allow":
+            frame = current_leg()
+            now = frame.journal.writer.clock()  # the rules tell an output guardrail's block
+            if after_run:  # from another's by this: it has its execution's time
+                _record_ran(data.context, data.agent, data.output, time_ns=now)
+                frame.blocked_outputs.add((frame.scope, data.context.tool_call_id))
+            _record_block(data.context.tool_call_id, data.agent.name, data.context.tool_name,
+                          name, verdict.behavior.get("message"), now)
+        return verdict
+
+    guardrail.guardrail_function = recorded
+
+
+def _handoffs(agent: Agent[Any]) -> dict[str, Handoff[Any, Any]]:
+    """The agent's handoffs by tool name (an ``Agent`` listed bare: the SDK's default)."""
+    made = (h if isinstance(h, Handoff) else handoff(h) for h in agent.handoffs)
+    return {h.tool_name: h for h in made}
+
+
+def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
+    frame = current_leg()
+    calls = [item for item in response.output if _field(item, "type") == "function_call"]
+    if agent.handoffs:
+        names = _handoffs(agent)
+        frame.handoff_calls[frame.scope, agent.name] = [
+            (_field(item, "call_id"), _field(item, "name"), _field(item, "arguments"))
+            for item in calls if _field(item, "name") in names
+        ]
+    if not calls:
+        return
+    tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool)}
+    clock = frame.journal.writer.clock
+    found = []
+    for item in calls:
+        name = _field(item, "name")
+        policy = getattr(tools.get(name), "needs_approval", None)
+        found.append(methodcaller(
+            "call", run_id=frame.run_id, call_id=_field(item, "call_id"),
+            agent=agent.name, tool=name, arguments=_field(item, "arguments"), scope=frame.scope,
+            needs_approval=policy if isinstance(policy, bool) else None,
+            response_id=response.response_id, time_ns=clock(),
+        ))
+
+    def write(writer: EvidenceWriter) -> None:  # the calls of one response: one group
+        for call in found:
+            call(writer)
+
+    frame.record(write)
+
+
+def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
+    """``on_tool_end``: record the execution of a function tool (unless its output
+    guardrail already did)."""
+    if not (isinstance(context, ToolContext) and isinstance(tool, FunctionTool)):
+        return  # hosted, shell and computer tools carry no call id here
+    frame = current_leg()
+    if (frame.scope, context.tool_call_id) in frame.blocked_outputs:  # see _wrap_guardrail
+        frame.blocked_outputs.discard((frame.scope, context.tool_call_id))
+        return
+    _record_ran(context, agent, result, tool)
+
+
+def _record_ran(
+    context: ToolContext[Any], agent: Agent[Any], result: Any, tool: FunctionTool | None = None,
+    time_ns: int | None = None,
+) -> None:
+    """Record the execution of the function tool ``context`` names, which returned
+    ``result`` (``tool``: its object, else looked up on ``agent`` by name, for the output
+    schema), at ``time_ns`` (ns since the epoch; None: now)."""
+    if tool is None:
+        tool = next((t for t in agent.tools
+                     if isinstance(t, FunctionTool) and t.name == context.tool_name), None)
+    frame = current_leg()
+    frame.record(methodcaller(
+        "execution", run_id=frame.run_id, call_id=context.tool_call_id,
+        arguments=context.tool_arguments, scope=frame.scope, agent=agent.name,
+        tool=context.tool_name, result=persisted_output(context, tool, result),
+        run_state=frame.run_state,
+        time_ns=frame.journal.writer.clock() if time_ns is None else time_ns,
+    ))
+
+
+def _record_handoff(source: Agent[Any], target: Agent[Any]) -> None:
+    """Record the handoff the SDK ran from ``source`` to ``target``. The SDK runs the
+    first handoff call of ``source``'s latest response: its execution is recorded, with
+    the transfer message the SDK persists as its output (``Handoff.get_transfer_message``);
+    every later handoff call of that response, which the SDK answers with
+    :data:`IGNORED_HANDOFF_MESSAGE`, gets a block."""
+    frame = current_leg()
+    pending = frame.handoff_calls.pop((frame.scope, source.name), [])
+    ran = _handoffs(source).get(pending[0][1]) if pending else None
+    if ran is None:
+        return
+    (call_id, tool, arguments), ignored = pending[0], pending[1:]
+    frame.record(methodcaller(
+        "execution", run_id=frame.run_id, call_id=call_id, arguments=arguments,
+        scope=frame.scope, agent=source.name, tool=tool,
+        result=ran.get_transfer_message(target), run_state=frame.run_state,
+        time_ns=frame.journal.writer.clock(),
+    ))
+    for ignored_id, ignored_tool, _ in ignored:
+        _record_block(ignored_id, source.name, ignored_tool, IGNORED_HANDOFF,
+                      IGNORED_HANDOFF_MESSAGE)
+
+
+def pending_handoffs(state: Any) -> dict[tuple[Scope, str], list[tuple[str, str, str]]]:
+    """The handoff calls a paused ``RunState`` will run or ignore when resumed, as
+    :attr:`Leg.handoff_calls` holds them: the handoff calls of the response its current
+    agent made before pausing (read from the SDK's ``_last_processed_response``,
+    restored by ``RunState.from_json`` too); empty when there are none."""
+    agent = getattr(state, "_current_agent", None)
+    response = getattr(state, "_last_processed_response", None)
+    calls = [run.tool_call for run in getattr(response, "handoffs", None) or ()]
+    if agent is None or not calls:
+        return {}
+    return {((), agent.name): [
+        (_field(call, "call_id"), _field(call, "name"), _field(call, "arguments"))
+        for call in calls
+    ]}
+
+
+_RECORDING: ContextVar[bool] = ContextVar("evidence_ledger_recording", default=False)
+"""Set while a :class:`_RecordingHooks` passes an event on to the hooks it wraps: hooks
+of ours reached again through the user's own (which may wrap ours) record nothing."""
+
+
+class _RecordingHooks(AgentHooks[Any]):
+    """Agent hooks that record, then call the hooks the user had set (``inner``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def _forward(self, name: str, *args: Any, record: Any = None) -> None:
+        if record is not None and not _RECORDING.get():
+            record()
+        if self.inner is not None:
+            token = _RECORDING.set(True)
+            try:
+                await getattr(self.inner, name)(*args)
+            finally:
+                _RECORDING.reset(token)
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        await self._forward("on_start", context, agent)
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        await self._forward("on_end", context, agent, output)
+
+    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
+        # the SDK calls the hooks of the agent handing off (``source``), naming the target
+        await self._forward("on_handoff", context, agent, source,
+                            record=lambda: _record_handoff(source, agent))
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        await self._forward("on_tool_start", context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        await self._forward("on_tool_end", context, agent, tool, result,
+                            record=lambda: _record_execution(context, agent, tool, result))
+
+    async def on_llm_start(self, context: Any, agent: Any, *args: Any) -> None:
+        await self._forward("on_llm_start", context, agent, *args)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        await self._forward("on_llm_end", context, agent, response,
+                            record=lambda: _record_calls(agent, response))

@@ -1,0 +1,64 @@
+"""The leg being recorded: a context variable naming the run id, scope and resumed run
+state of the leg the running code belongs to, and the journal its evidence goes to
+(queued, or durable at once)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.record.integrations.group_commit import Journal, Write
+from evidence_ledger.record.writer import Scope
+
+
+@dataclass(frozen=True)
+class Leg:
+    """The leg of a run being recorded, and the journal its evidence goes to."""
+
+    journal: Journal
+    since: int | None  # None: entry durability; else the journal's failures at its start
+    run_id: str
+    scope: Scope = ()
+    run_state: str | None = None  # the state this leg resumed from; None: started fresh
+    handoff_calls: dict[tuple[Scope, str], list[tuple[str, str, str]]] = field(
+        default_factory=dict, compare=False)
+    """Per ``(scope, agent name)``: the function calls of the agent's latest model response
+    that name one of its handoffs, as ``(call_id, tool name, arguments)`` (shared by the
+    legs :func:`dataclasses.replace` makes for nested scopes)."""
+    blocked_outputs: set[tuple[Scope, str]] = field(default_factory=set, compare=False)
+    """``(scope, call_id)`` of each function tool call whose output a tool output
+    guardrail blocked, and whose execution it recorded, until ``on_tool_end`` skips it
+    (shared like ``handoff_calls``)."""
+
+    def record(self, write: Write) -> None:
+        """Record evidence of this leg (queued, or durable at once; see ``since``)."""
+        self.journal.record(write, self.since)
+
+
+CURRENT_LEG: ContextVar[Leg | None] = ContextVar("evidence_ledger_frame", default=None)
+
+
+def current_leg() -> Leg:
+    """The leg the running code belongs to.
+
+    Raises:
+        UsageError: if no :class:`Leg` is entered (an attached agent run outside the
+            recorder).
+    """
+    frame = CURRENT_LEG.get()
+    if frame is None:
+        raise UsageError("an attached agent ran outside Recorder.run / Recorder.run_streamed")
+    return frame
+
+
+@contextlib.contextmanager
+def entered(frame: Leg) -> Iterator[None]:
+    """Make ``frame`` the current leg for the code run inside the ``with`` block."""
+    token = CURRENT_LEG.set(frame)
+    try:
+        yield
+    finally:
+        CURRENT_LEG.reset(token)

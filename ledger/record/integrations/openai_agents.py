@@ -1,0 +1,405 @@
+"""Record runs of the OpenAI Agents SDK (``openai-agents`` 0.20 - 0.24) into a ledger.
+
+Usage::
+
+    recorder = Recorder("./.evidence")
+    result = await recorder.run(agent, "hello", session=SQLiteSession("s1", "chat.db"))
+    if result.interruptions:
+        state = result.to_state()      # or RunState.from_json(agent, json) in another process
+        for item in state.get_interruptions():
+            recorder.approve(state, item, approver="alice", reason="checked")
+        result = await recorder.run(agent, state, session=SQLiteSession("s1", "chat.db"))
+
+:meth:`Recorder.run` and :meth:`Recorder.run_streamed` take the arguments of
+``Runner.run`` / ``Runner.run_streamed``. Before each run they :func:`attach` recording
+to the starting agent and to every agent reachable from it through ``Agent.as_tool`` or
+an ``Agent`` listed in ``handoffs`` (call :func:`attach` on the target of a ``Handoff``
+object yourself), and wrap the ``session`` argument in a :class:`RecordedSession`.
+What is recorded, and from where:
+
+- ``call``: each ``function_call`` in a model response (``on_llm_end`` agent hook);
+- ``tool_policy``: each per-call result of a callable ``needs_approval`` (wrapped);
+- ``decision``: :meth:`Recorder.approve` / :meth:`Recorder.reject`, which then apply it
+  (``RunState.approve`` / ``reject`` call no callback);
+- ``execution``: each finished function tool (``on_tool_end`` agent hook), its result
+  converted the way the SDK converts it for the ``function_call_output`` item;
+- ``guardrail``: a tool input guardrail that did not allow a call, a tool output
+  guardrail that did not allow a tool's result (wrapped: the SDK fires no hook for
+  either; the execution then holds what the tool returned, though the SDK persists the
+  guardrail's message or raises), and each extra handoff of a response that the SDK
+  ignores (:data:`~evidence_ledger.record.integrations.hooks.IGNORED_HANDOFF`);
+- ``session_item``: each item the wrapped session accepted or removed;
+- ``run_end``: the end of every leg of a run (``completed``, ``interrupted``, ``failed``);
+- ``run_state``: each ``RunState`` the recorder meets (see *Run states* in
+  :mod:`evidence_ledger.record.integrations.run_states`).
+
+Durability: ``Recorder(ledger, durability="group")`` (the default) takes no sync on the
+agent's path. The evidence of a leg (every entry above that a hook, a wrapped tool or
+the wrapped session produces while the leg runs, and the ``loaded`` / ``resume`` run
+states of its start) is queued, in the order it was produced, and a flusher thread
+(:mod:`evidence_ledger.record.integrations.group_commit`) appends it in groups: what is queued, at
+most
+:data:`~evidence_ledger.record.integrations.group_commit.GROUP_WRITES` writes or what arrived within
+:data:`~evidence_ledger.record.integrations.group_commit.GROUP_WINDOW` seconds, as one atomic group
+(``writer.atomic()``: one lock, one sync), one group at a time. The guarantee:
+
+- :meth:`Recorder.run` returns, and ``stream_events()`` of :meth:`Recorder.run_streamed`
+  ends, only after the leg's evidence and its ``run_end`` are durable;
+- :meth:`Recorder.approve` / :meth:`Recorder.reject` append what is still queued, then
+  record the decision durably, then apply it; ``to_state()`` / ``to_json()`` record
+  their ``run_state`` entries durably before returning; so does a session write outside
+  a leg; :meth:`Recorder.flush` appends what is queued on demand;
+- what is durable is always a prefix, in order, of the evidence produced: a crash in
+  the middle of a leg loses at most the tail of that leg not yet appended (at most the
+  group being synced and what was queued after it), never an entry acknowledged by the
+  return of one of the calls above, and never the ledger's integrity (one group is
+  written and synced at a time; a torn group is cut back by the next writer);
+- if the flusher cannot append a group (an I/O error, a full disk, a lock time-out), no
+  entry of that group is appended and what was queued after it is dropped; every leg
+  running then records nothing more (so the prefix rule holds per leg): its next hook
+  raises :class:`~evidence_ledger.format.errors.StorageError` into the SDK, and its end raises
+  :class:`~evidence_ledger.format.errors.StorageError` after recording its ``run_end`` as
+  ``failed`` if
+  the storage takes it. A failure is never swallowed: the first durable point above to
+  come raises it, and the end of every leg it hit;
+- entry times are taken when the evidence is produced, not when it is appended.
+
+``durability="entry"`` appends every entry as its own durable group before its hook
+returns (one sync per entry on the agent's path). Use the recorder, not
+``recorder.writer`` directly, while a leg runs.
+
+The rest lives in modules of its own: the evidence queue and its flusher
+(:mod:`evidence_ledger.record.integrations.group_commit`), the leg being recorded
+(:mod:`evidence_ledger.record.integrations.legs`), run ids and run-state lineage
+(:mod:`evidence_ledger.record.integrations.run_states`), the agent hooks and tool wrappers, with the
+scope of nested calls (:mod:`evidence_ledger.record.integrations.hooks`), and the session wrapper
+(:mod:`evidence_ledger.record.integrations.recorded_session`).
+
+Limits: attached agents must run through a recorder (their hooks raise
+:class:`~evidence_ledger.format.errors.UsageError` otherwise); a session write outside a recorded
+run is
+recorded with ``run_id=""``; a streamed run whose events are not read to the end is
+recorded as ``failed``; a handoff is recorded as its call and an execution whose result
+is the transfer message the SDK persists (also when the SDK runs it in a leg resumed
+from a ``RunState``); the run states of agents run through ``Agent.as_tool`` are the
+SDK's own and not recorded (their calls are, under the top-level run's state); tool
+guardrails given to an MCP server (not to a tool) are not wrapped, so a block by one is
+recorded as an execution whose result is the guardrail's message; a guardrail or
+approval rejection of a tool called programmatically (``caller`` type ``program``) with
+an output schema is persisted by the SDK as ``{"error": message}``, which the recorded
+message does not match (``output_provenance``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping
+from dataclasses import replace
+from operator import methodcaller
+from typing import Any
+
+from agents import Agent, Runner, RunResult, RunResultStreaming, RunState
+from agents.items import ToolApprovalItem
+from agents.stream_events import StreamEvent
+from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.record.integrations.group_commit import Journal
+from evidence_ledger.record.integrations.hooks import attach, pending_handoffs
+from evidence_ledger.record.integrations.legs import Leg, entered
+from evidence_ledger.record.integrations.recorded_session import RecordedSession
+from evidence_ledger.record.integrations.run_states import (
+    RUN_ID_KEY,
+    RUN_STATE_KEY,
+    STATE_ATTR,
+    StateInfo,
+    record_state,
+    register_state,
+    state_info,
+    state_run_id,
+)
+from evidence_ledger.record.writer import EvidenceWriter, Scope
+from evidence_ledger.storage.ledger_dir import Ledger
+
+__all__ = ["Recorder"]
+
+DURABILITY = ("group", "entry")
+
+
+def _status(result: RunResult | RunResultStreaming) -> str:
+    return "interrupted" if result.interruptions else "completed"
+
+
+class Recorder:
+    """Records agent runs into a ledger; see the module docstring.
+
+    Args:
+        ledger: an :class:`EvidenceWriter`, a :class:`Ledger`, or a ledger directory.
+        durability: ``"group"`` (default): evidence of a leg is appended in groups by a
+            flusher thread, and is durable when the leg ends; ``"entry"``: every entry
+            is durable before its hook returns (see *Durability* in the module docstring).
+
+    Raises:
+        UsageError: if ``durability`` is neither.
+    """
+
+    def __init__(
+        self,
+        ledger: EvidenceWriter | Ledger | str | os.PathLike[str],
+        *,
+        durability: str = "group",
+    ) -> None:
+        if durability not in DURABILITY:
+            raise UsageError(f"durability must be one of {DURABILITY}, not {durability!r}")
+        self.writer = ledger if isinstance(ledger, EvidenceWriter) else EvidenceWriter(ledger)
+        self.durability = durability
+        self._journal = Journal.of(self.writer)
+        self._group = durability == "group"
+
+    def flush(self) -> None:
+        """Make every entry recorded so far durable (``"group"`` queues a leg's evidence).
+
+        Raises:
+            StorageError: if evidence queued earlier could not be appended, or this fails.
+        """
+        self._journal.commit()
+
+    # -- running -----------------------------------------------------------------------
+
+    async def run(self, agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
+        """``Runner.run(agent, input, **kwargs)``, recorded.
+
+        ``input`` is a string, a list of input items, or a :class:`RunState` to resume.
+        Every leg ends with a ``run_end`` entry: ``failed`` when the SDK raises (the
+        exception propagates), else ``interrupted`` or ``completed``. Returns once the
+        leg's evidence and its ``run_end`` are durable.
+
+        Raises:
+            UsageError: if the context is not a mapping, or a RunState carries no run id.
+            StorageError: if evidence of the leg could not be appended (the leg is then
+                recorded as ``failed`` where the storage still takes it).
+        """
+        frame = self._start(agent, input, kwargs)
+        with self._leg(frame):
+            result = await Runner.run(agent, input, **kwargs)
+        self._finish(frame, _status(result))
+        self._derive_states(result, frame)
+        return result
+
+    def run_streamed(self, agent: Agent[Any], input: Any, **kwargs: Any) -> RunResultStreaming:
+        """``Runner.run_streamed(agent, input, **kwargs)``, recorded.
+
+        The ``run_end`` entry is written when ``stream_events()`` ends, before it returns
+        to the caller: ``failed`` when it raises or is left before its end. The leg's
+        evidence and its ``run_end`` are durable when ``stream_events()`` ends.
+
+        Raises:
+            UsageError: as :meth:`run`.
+            StorageError: from ``stream_events()``, as :meth:`run`.
+        """
+        frame = self._start(agent, input, kwargs)
+        with self._leg(frame):  # the SDK's run task copies the context variable
+            result = Runner.run_streamed(agent, input, **kwargs)
+        self._derive_states(result, frame)
+        events = result.stream_events
+
+        async def recorded_events() -> AsyncIterator[StreamEvent]:
+            status = "failed"
+            try:
+                async for event in events():
+                    yield event
+                status = _status(result)
+            finally:
+                self._finish(frame, status)
+
+        result.stream_events = recorded_events  # type: ignore[method-assign]
+        return result
+
+    @contextlib.contextmanager
+    def _leg(self, frame: Leg) -> Iterator[None]:
+        """Run the block inside ``frame``; record ``failed`` if it raises."""
+        with entered(frame):
+            try:
+                yield
+            except BaseException:
+                self._finish(frame, "failed")
+                raise
+
+    def _finish(self, frame: Leg, status: str) -> None:
+        """End the leg: its queued evidence and ``run_end``, durable before returning.
+
+        Raises:
+            StorageError: if a group of the leg's evidence could not be appended (then
+                ``run_end`` says ``failed``), or this last one cannot.
+        """
+        failure = self._journal.settle(since=frame.since)
+        end = methodcaller(
+            "run_end", run_id=frame.run_id,
+            status="failed" if failure is not None else status, run_state=frame.run_state,
+        )
+        try:
+            self._journal.commit(end)
+        finally:
+            if failure is not None:
+                raise failure
+
+    def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> Leg:
+        attach(agent)
+        since = self._journal.failures if self._group else None
+        session = kwargs.get("session")
+        if session is not None and not isinstance(session, RecordedSession):
+            kwargs["session"] = RecordedSession(self.writer, session)
+        if isinstance(input, RunState):
+            info = self._adopt(input, since=since, resume=True)
+            return Leg(self._journal, since, info.run_id, run_state=info.state_id,
+                       handoff_calls=pending_handoffs(input))
+        run_id = uuid.uuid4().hex
+        context = kwargs.get("context")
+        if context is None:
+            kwargs["context"] = {RUN_ID_KEY: run_id}
+        elif isinstance(context, MutableMapping):
+            context[RUN_ID_KEY] = run_id
+        else:
+            raise UsageError(
+                f"the recorder keeps its run id in a mapping run context, not in a "
+                f"{type(context).__name__}"
+            )
+        return Leg(self._journal, since, run_id)
+
+    # -- run states --------------------------------------------------------------------
+
+    def _derive_states(self, result: RunResult | RunResultStreaming, frame: Leg) -> None:
+        """Make ``result.to_state()`` give each state it returns an id of its own, whose
+        parent is the state this leg resumed from (so two calls give siblings)."""
+        make = result.to_state
+        journal = self._journal
+
+        def to_state() -> RunState[Any, Any]:
+            state = make()
+            info = StateInfo(journal, uuid.uuid4().hex, frame.run_state, frame.run_id)
+            register_state(state, info)
+            record_state(state, info, "to_state")
+            return state
+
+        result.to_state = to_state  # type: ignore[method-assign]
+
+    def _adopt(
+        self, state: RunState[Any, Any], since: int | None = None, resume: bool = False
+    ) -> StateInfo:
+        """The id of ``state``; a state not seen before (one restored with
+        ``RunState.from_json``) gets one, with the id its JSON carried as parent, and a
+        ``loaded`` entry; ``resume``: then a ``resume`` entry (one serialisation for
+        both). Entries are recorded as :meth:`Journal.record` says for ``since``."""
+        info = state_info(state)
+        if info is not None:
+            if info.journal is not self._journal:  # its to_json() now records here
+                info = replace(info, journal=self._journal)
+                register_state(state, info)
+            if resume:
+                record_state(state, info, "resume", since=since)
+            return info
+        run_id = state_run_id(state)
+        context = state._context.context if state._context is not None else None
+        parent = getattr(state, STATE_ATTR, None)  # a copy (copy.copy) of a state we met
+        if parent is None and isinstance(context, Mapping):
+            parent = context.get(RUN_STATE_KEY)
+        info = StateInfo(
+            self._journal, uuid.uuid4().hex, parent if isinstance(parent, str) else None, run_id,
+        )
+        register_state(state, info)
+        data = record_state(state, info, "loaded", since=since)
+        if resume:
+            record_state(state, info, "resume", data, since=since)
+        return info
+
+    # -- decisions ---------------------------------------------------------------------
+
+    def approve(
+        self,
+        state: RunState[Any, Any],
+        item: ToolApprovalItem,
+        *,
+        approver: str,
+        reason: str | None = None,
+        always: bool = False,
+    ) -> None:
+        """Record an ``approve`` decision for ``item``'s call, then apply it to ``state``.
+
+        ``item`` is an interruption the approver was shown (from ``result.interruptions``
+        or ``state.get_interruptions()``); its arguments are recorded as what was shown.
+        ``always=True`` approves the agent's tool for the rest of the run. Evidence still
+        queued is appended first; the decision is durable before it is applied.
+
+        Raises:
+            UsageError: if ``state`` has no pending interruption with ``item``'s call id,
+                or the call was not recorded in this run (or is ambiguous).
+            StorageError: if the decision (or evidence queued before it) could not be
+                appended; the decision is then not applied.
+        """
+        pending, run_id, scope = self._pending(state, item)
+        made_on = self._adopt(state).state_id
+
+        def decide(writer: EvidenceWriter) -> None:  # nothing is recorded if the SDK refuses
+            _decision(writer, run_id, scope, item, "approve", approver, reason, None, always,
+                      made_on)
+            state.approve(pending, always_approve=always)
+
+        self._journal.commit(decide, join=False)
+
+    def reject(
+        self,
+        state: RunState[Any, Any],
+        item: ToolApprovalItem,
+        *,
+        approver: str,
+        reason: str | None = None,
+        message: str | None = None,
+        always: bool = False,
+    ) -> None:
+        """Record a ``reject`` decision for ``item``'s call, then apply it to ``state``.
+
+        ``message`` is the text the SDK persists as the call's output; ``None`` means the
+        SDK's default (``"Tool execution was not approved."``), which is then passed to
+        the SDK explicitly so that the recorded and persisted texts agree (a run-level
+        ``tool_error_formatter`` is not consulted for these rejections).
+
+        Raises:
+            UsageError, StorageError: as :meth:`approve`.
+        """
+        pending, run_id, scope = self._pending(state, item)
+        made_on = self._adopt(state).state_id
+        text = DEFAULT_APPROVAL_REJECTION_MESSAGE if message is None else message
+
+        def decide(writer: EvidenceWriter) -> None:
+            _decision(writer, run_id, scope, item, "reject", approver, reason, text, always,
+                      made_on)
+            state.reject(pending, always_reject=always, rejection_message=text)
+
+        self._journal.commit(decide, join=False)
+
+    def _pending(
+        self, state: RunState[Any, Any], item: ToolApprovalItem
+    ) -> tuple[ToolApprovalItem, str, Scope]:
+        run_id = state_run_id(state)
+        matches = [i for i in state.get_interruptions() if i.call_id == item.call_id]
+        if not matches:
+            raise UsageError(f"no pending interruption with call_id {item.call_id!r}")
+        call_id = str(item.call_id)
+        scopes = self._journal.read(lambda writer: writer.call_scopes(run_id, call_id))
+        if len(scopes) != 1:
+            found = "was not recorded" if not scopes else f"is in {len(scopes)} scopes"
+            raise UsageError(f"call {item.call_id!r} of run {run_id} {found}")
+        return matches[0], run_id, scopes[0]
+
+
+def _decision(
+    writer: EvidenceWriter, run_id: str, scope: Scope, item: ToolApprovalItem, decision: str,
+    approver: str, reason: str | None, message: str | None, always: bool, made_on: str,
+) -> None:
+    writer.decision(
+        run_id=run_id, call_id=str(item.call_id), decision=decision, approver=approver,
+        scope=scope, always=always, reason=reason, message=message,
+        arguments=item.arguments, agent=item.agent.name, tool=item.tool_name,
+        run_state=made_on,
+    )

@@ -1,0 +1,76 @@
+"""Redaction: erase one payload without breaking a single hash, proof or checkpoint.
+
+Entries hold only payload digests, so erasing a payload file changes no entry. The
+``redaction`` entry is appended first (durable intent), then the file is removed; a crash
+in between leaves a recorded redaction whose payload still exists, and running the same
+redaction again finishes it without a second entry. A payload already erased under its
+redaction is refused; one recorded again after its redaction is redacted anew.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evidence_ledger.format.entries import PAYLOAD_FIELDS
+from evidence_ledger.format.errors import StorageError, UsageError
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """What :func:`redact` did.
+
+    Attributes:
+        seq: seq of the ``redaction`` entry that covers the payload.
+        appended: True when that entry was appended now; False when an earlier
+            redaction, interrupted before its erase, was finished.
+        erased: True when a payload file was removed (False: it was already gone).
+    """
+
+    seq: int
+    appended: bool
+    erased: bool
+
+
+def _last_mentions(ledger: Ledger, digest: bytes) -> tuple[int | None, int | None]:
+    """Seqs of the last entry naming payload ``digest`` and of its last ``redaction``."""
+    named = redacted = None
+    for entry, _ in ledger.entries():
+        if entry.kind == "redaction" and entry.body["digest"] == digest:
+            redacted = entry.seq
+        elif any(entry.body.get(name) == digest for name in PAYLOAD_FIELDS):
+            named = entry.seq
+    return named, redacted
+
+
+def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = None) -> Redaction:
+    """Record a ``redaction`` entry for ``digest`` (unless one recorded after the last
+    entry naming it already covers it) and erase that payload.
+
+    Raises:
+        UsageError: if no entry names that payload, ``reason`` is empty, or the payload
+            is already redacted (its redaction recorded and its file gone): nothing is
+            appended.
+        StorageError: if the entry cannot be appended or the file cannot be removed.
+    """
+    ledger = writer.ledger
+    ledger.require_exists()
+    if not reason.strip():
+        raise UsageError("a redaction needs a --reason")
+    with writer.atomic():  # holds the writer lock: no other redaction slips in between
+        named, redacted = _last_mentions(ledger, digest)
+        if named is None:
+            raise UsageError(f"no entry names payload sha256:{digest.hex()}")
+        appended = redacted is None or redacted < named
+        if appended:
+            writer.redaction(digest=digest, reason=reason, by=by)
+            redacted = writer.size - 1
+    assert redacted is not None
+    try:
+        erased = ledger.payloads.erase(digest)
+    except StorageError as exc:
+        raise StorageError(f"redaction recorded, but {exc}") from exc
+    if not (appended or erased):
+        raise UsageError(f"payload sha256:{digest.hex()} is already redacted (seq {redacted})")
+    return Redaction(redacted, appended, erased)

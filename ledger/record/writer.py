@@ -1,0 +1,609 @@
+"""The producer API: turn evidence into entries and append them.
+
+Every producer (the openai-agents recorder, JSONL ingest) writes through
+:class:`EvidenceWriter`, so one piece of code defines each kind's body. Payloads
+(arguments, results, messages, session items) go to the payload store first; the entry
+holds only their digests. A call's identity is ``(run_id, scope, call_id)`` where
+``scope`` is the path of agent-as-tool edges from the top agent (empty at top level).
+
+Writers may live in several processes at once: each append takes the OS lock, catches
+up with what others appended, and releases it (see :meth:`Ledger.locked_tail`). One
+writer may be shared by threads: its ``atomic()`` blocks (so every append) and payload
+puts hold a per-writer lock, so a block of one thread never joins another's group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+from evidence_ledger.format import digests, encoding
+from evidence_ledger.format.entries import ZERO_HASH, Entry, entry_hash
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.format.framing import MAX_RECORD
+from evidence_ledger.storage.checkpoint_store import CheckpointStore
+from evidence_ledger.storage.ledger_dir import Ledger, Tail
+from evidence_ledger.tlog.checkpoint import parse_checkpoint
+from evidence_ledger.tlog.note import parse_note
+
+Scope = tuple[str, ...]
+CallKey = tuple[str, Scope, str]
+
+
+class Interruption(NamedTuple):
+    """A pending approval of a run state, as :meth:`EvidenceWriter.run_state` records it.
+
+    Attributes:
+        call_id: the call waiting for a decision.
+        tool, agent: what it calls, and who.
+        scope: agent-as-tool edges of the recorded call, None when not known.
+        arguments: the raw arguments string shown, None when not known.
+    """
+
+    call_id: str
+    tool: str | None = None
+    agent: str | None = None
+    scope: Sequence[str] | None = None
+    arguments: str | None = None
+
+RUN_STATUSES = ("completed", "interrupted", "failed")
+DECISIONS = ("approve", "reject")
+SESSION_OPS = ("add", "pop", "clear")
+STATE_EVENTS = ("to_state", "to_json", "loaded", "resume")
+
+
+def item_bytes(item: Any) -> bytes:
+    """Canonical bytes of a session item: RFC 8785 JSON, or sorted ``json.dumps`` as a
+    fallback for values RFC 8785 refuses (never raises)."""
+    try:
+        return digests.canonical_json(item)
+    except ValueError:
+        return _fallback_bytes(item)
+
+
+def _fallback_bytes(item: Any) -> bytes:
+    """The :func:`item_bytes` of a value RFC 8785 refuses: sorted ``json.dumps``, UTF-8."""
+    return json.dumps(item, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
+
+
+def item_sha256(item: Any) -> bytes:
+    """SHA-256 (32 bytes) of :func:`item_bytes` of ``item``, hashed as the canonical JSON
+    is written (see :func:`digests.jcs_sha256`) rather than from bytes held whole."""
+    try:
+        return digests.jcs_sha256(item)
+    except (ValueError, RecursionError):
+        return digests.sha256(_fallback_bytes(item))
+
+
+class EvidenceWriter:
+    """Append evidence entries to a ledger.
+
+    Args:
+        ledger: the :class:`Ledger` (or its directory) to append to.
+        lock_timeout: seconds to wait for another writer's lock.
+        clock: source of entry times, integer ns since the epoch, UTC.
+
+    Every method that appends returns the new entry's 32-byte entry hash and raises
+    :class:`~evidence_ledger.format.errors.StorageError` (nothing acknowledged) when the write
+    fails.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger | str | os.PathLike[str] | None = None,
+        *,
+        lock_timeout: float = 30.0,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+        self.lock_timeout = lock_timeout
+        self.clock = clock
+        self._group: list[bytes] | None = None
+        self._next: Tail | None = None
+        self._lock = threading.RLock()  # one atomic() block at a time, across threads
+        self._floor: tuple[int, int] = (-1, 0)  # (checkpoints/ mtime, latest tree size)
+        self._forget()
+
+    def _checkpoint_floor(self) -> int:
+        """Tree size of the latest stored checkpoint (0: none, or unreadable, which
+        ``verify`` reports); re-read only when ``checkpoints/`` changed."""
+        store = CheckpointStore(self.ledger)
+        try:
+            mtime = os.stat(store.directory).st_mtime_ns
+        except OSError:
+            return 0
+        if self._floor[0] != mtime:
+            size = 0
+            with contextlib.suppress(EvidenceError):
+                latest = store.latest()
+                if latest is not None:
+                    size = parse_checkpoint(parse_note(latest.data).text).size
+            self._floor = (mtime, size)
+        return self._floor[1]
+
+    def _forget(self) -> None:
+        """Drop every index; the next append re-reads the log from the start."""
+        self._tail = Tail(0, ZERO_HASH, 0)
+        self._calls: dict[CallKey, bytes] = {}
+        self._calls_by_id: dict[tuple[str, str], list[bytes]] = {}
+        self._ingested: set[bytes] = set()
+
+    # -- indexes -------------------------------------------------------------------
+
+    def _visit(self, entry: Entry, hash_: bytes) -> None:
+        body = entry.body
+        if entry.kind == "call":
+            key = (body["run_id"], tuple(body["scope"]), body["call_id"])
+            self._calls[key] = hash_
+            self._calls_by_id.setdefault((body["run_id"], body["call_id"]), []).append(hash_)
+        elif entry.kind == "ingest":
+            self._ingested.add(body["file_sha256"])
+
+    def find_call(self, run_id: str, scope: Sequence[str] | None, call_id: str) -> bytes | None:
+        """Entry hash of the recorded call, or None.
+
+        With ``scope=None`` the most recent call with that ``(run_id, call_id)`` in any
+        scope is returned.
+        """
+        if scope is None:
+            found = self._calls_by_id.get((run_id, call_id))
+            return found[-1] if found else None
+        return self._calls.get((run_id, tuple(scope), call_id))
+
+    @property
+    def size(self) -> int:
+        """Entries in the log as this writer knows it, pending ones of an open group included."""
+        return (self._next or self._tail).size
+
+    def call_scopes(self, run_id: str, call_id: str) -> list[Scope]:
+        """Scopes of the recorded calls with this ``(run_id, call_id)``, oldest first.
+
+        Catches up with entries other writers appended (takes the writer lock).
+        """
+        with self.atomic():
+            return [scope for (run, scope, call) in self._calls if (run, call) == (run_id, call_id)]
+
+    def already_ingested(self, file_sha256: bytes) -> bool:
+        """True when an ``ingest`` entry names a file with this 32-byte SHA-256."""
+        with self.atomic():
+            return file_sha256 in self._ingested
+
+    # -- appending -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Group every append inside the block into one atomic, fsynced log group.
+
+        The writer lock is held for the whole block. If the block raises, nothing is
+        appended. Nested blocks (of the same thread) join the outer one; a block of
+        another thread waits until the outer one is done.
+        """
+        with self._lock:
+            if self._group is not None:
+                yield
+                return
+            with self._locked_group():
+                yield
+
+    @contextlib.contextmanager
+    def _locked_group(self) -> Iterator[None]:
+        self.ledger.store.create()
+        with self.ledger.locked_tail(
+            self._tail, self._visit, self.lock_timeout, self._checkpoint_floor
+        ) as tail:
+            self._group, self._next = [], tail
+            try:
+                yield
+                if self._group:
+                    end = self.ledger.store.append_group(self._group, self.ledger.payloads.sync)
+                    self._tail = Tail(self._next.size, self._next.last_hash, end)
+            except BaseException:
+                self._forget()  # indexes may name entries that were never written
+                raise
+            finally:
+                self._group, self._next = None, None
+
+    def append(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        refs: Sequence[bytes] = (),
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Append one entry of ``kind`` with ``body`` and ``refs``; return its entry hash.
+
+        Raises:
+            EncodingError: if the body holds a value the canonical encoding refuses.
+            UsageError: if the entry is longer than a log record may be
+                (:data:`~evidence_ledger.format.framing.MAX_RECORD` bytes); nothing is appended.
+            StorageError: if the write fails.
+        """
+        with self.atomic():
+            assert self._next is not None and self._group is not None
+            entry = Entry(
+                seq=self._next.size,
+                prev=self._next.last_hash,
+                kind=kind,
+                time=self.clock() if time_ns is None else time_ns,
+                body=body,
+                refs=tuple(refs),
+            )
+            data = entry.to_bytes()
+            if len(data) > MAX_RECORD:
+                raise UsageError(
+                    f"a {kind} entry of {len(data)} bytes exceeds the record limit of "
+                    f"{MAX_RECORD} bytes"
+                )
+            hash_ = entry_hash(data)
+            self._group.append(data)
+            self._next = Tail(entry.seq + 1, hash_, 0)
+            self._visit(entry, hash_)
+            return hash_
+
+    def _put_output(self, output: Any) -> bytes:
+        """Store the bytes :func:`digests.write_output` writes for ``output`` (a str: its
+        UTF-8, as for an arguments string; else RFC 8785 JSON) as a payload, piece by
+        piece, never held whole; return their 32-byte SHA-256.
+
+        Raises:
+            ValueError: if a non-string output cannot be canonicalised (nothing stored).
+        """
+        with self._lock:  # a sync of another thread's group never drops it from its dirty set
+            return self.ledger.payloads.put_stream(
+                lambda write: digests.write_output(output, write))
+
+    def _put_item(self, item: Any) -> bytes:
+        """Store :func:`item_bytes` of ``item`` as a payload and return their 32-byte
+        SHA-256. The canonical JSON is written as it is produced (see
+        :func:`digests.jcs_dump`): an item holding a long string is not copied whole."""
+        with self._lock:
+            try:
+                return self.ledger.payloads.put_stream(
+                    lambda write: digests.jcs_dump(item, write))
+            except (ValueError, RecursionError):
+                return self.ledger.payloads.put(_fallback_bytes(item))
+
+    def _call_refs(self, run_id: str, scope: Sequence[str] | None, call_id: str) -> list[bytes]:
+        found = self.find_call(run_id, scope, call_id)
+        return [found] if found else []
+
+    # -- kinds -----------------------------------------------------------------------
+
+    def tool_policy(
+        self,
+        *,
+        run_id: str,
+        agent: str,
+        tool: str,
+        needs_approval: bool,
+        scope: Sequence[str] = (),
+        policy: str = "static",
+        call_id: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record an agent's tool and whether it needs approval.
+
+        ``policy`` is ``"static"`` (a bool on the tool) or ``"callable"`` (evaluated per
+        call; then ``call_id`` names the call and ``needs_approval`` is the result).
+        """
+        body = {
+            "run_id": run_id, "scope": list(scope), "agent": agent, "tool": tool,
+            "needs_approval": bool(needs_approval), "policy": policy, "call_id": call_id,
+        }
+        refs = self._call_refs(run_id, scope, call_id) if call_id else []
+        return self.append("tool_policy", body, refs, time_ns)
+
+    def call(
+        self,
+        *,
+        run_id: str,
+        call_id: str,
+        agent: str,
+        tool: str,
+        arguments: str,
+        scope: Sequence[str] = (),
+        needs_approval: bool | None = False,
+        response_id: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record a ``function_call`` the model made.
+
+        ``arguments`` is the raw arguments string; it is stored as a payload and
+        digested (see :func:`evidence_ledger.format.digests.arguments_digest`). ``needs_approval``
+        is
+        None when a callable policy decides per call (see :meth:`tool_policy`).
+        """
+        args = digests.arguments_digest(arguments)
+        body = {
+            "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
+            "tool": tool, "args_digest": args.digest, "args_form": args.form,
+            "args_payload": self._put_output(arguments), "needs_approval": needs_approval,
+            "response_id": response_id,
+        }
+        return self.append("call", body, [], time_ns)
+
+    def decision(
+        self,
+        *,
+        run_id: str,
+        call_id: str,
+        decision: str,
+        approver: str,
+        scope: Sequence[str] = (),
+        always: bool = False,
+        reason: str | None = None,
+        message: str | None = None,
+        arguments: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        run_state: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record a human ``approve`` or ``reject`` bound to one call.
+
+        ``arguments`` is what the approver was shown (default: the call's recorded
+        arguments digest). ``always`` makes the decision sticky for the agent's tool.
+        ``run_state`` is the id of the run state (see :meth:`run_state`) it was made on.
+
+        Raises:
+            UsageError: if ``decision`` is not ``approve`` or ``reject``.
+        """
+        if decision not in DECISIONS:
+            raise UsageError(f"decision must be one of {DECISIONS}, not {decision!r}")
+        call_hash = self.find_call(run_id, scope, call_id)
+        args_digest: bytes | None = None
+        args_form: str | None = None
+        if arguments is not None:
+            args = digests.arguments_digest(arguments)
+            args_digest, args_form = args.digest, args.form
+        body = {
+            "run_id": run_id, "scope": list(scope), "call_id": call_id, "decision": decision,
+            "always": bool(always), "approver": approver, "reason": reason,
+            "message_digest": self._put_output(message) if message else None,
+            "args_digest": args_digest, "args_form": args_form, "agent": agent, "tool": tool,
+            "run_state": run_state,
+        }
+        return self.append("decision", body, [call_hash] if call_hash else [], time_ns)
+
+    def execution(
+        self,
+        *,
+        run_id: str,
+        call_id: str,
+        arguments: str,
+        scope: Sequence[str] = (),
+        agent: str | None = None,
+        tool: str | None = None,
+        result: Any = None,
+        error: str | None = None,
+        run_state: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record that a tool ran with ``arguments`` (raw string) and returned ``result``.
+
+        ``result`` is digested like a persisted output (see :func:`digests.write_output`);
+        ``None`` with ``error`` set records a failed execution. ``run_state`` is the id of
+        the run state the leg that ran it resumed from (None for a leg started fresh).
+        """
+        args = digests.arguments_digest(arguments)
+        result_digest = None
+        if result is not None:
+            try:
+                result_digest = self._put_output(result)
+            except ValueError:
+                result_digest = self._put_output(str(result))
+        body = {
+            "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
+            "tool": tool, "args_digest": args.digest, "args_form": args.form,
+            "args_payload": self._put_output(arguments), "result_digest": result_digest,
+            "error": error, "run_state": run_state,
+        }
+        return self.append("execution", body, self._call_refs(run_id, scope, call_id), time_ns)
+
+    def session_item(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        item: dict[str, Any] | None,
+        scope: Sequence[str] = (),
+        op: str = "add",
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record an item the session store accepted (``op="add"``), or a removal.
+
+        ``op="pop"`` records that the last item was removed (``item`` = what was
+        popped); ``op="clear"`` that the session was cleared (``item`` None).
+
+        Raises:
+            UsageError: if ``op`` is unknown.
+        """
+        if op not in SESSION_OPS:
+            raise UsageError(f"session op must be one of {SESSION_OPS}, not {op!r}")
+        item_type = call_id = None
+        item_digest = output_digest = args_digest = None
+        if item is not None:
+            item_type = item.get("type") or ("message" if "role" in item else None)
+            call_id = item.get("call_id")
+            item_digest = self._put_item(item)
+            if item_type == "function_call_output" and "output" in item:
+                try:
+                    output_digest = self._put_output(item["output"])
+                except ValueError:
+                    output_digest = None
+            if item_type == "function_call" and isinstance(item.get("arguments"), str):
+                args_digest = digests.arguments_digest(item["arguments"]).digest
+        body = {
+            "run_id": run_id, "scope": list(scope), "session_id": session_id, "op": op,
+            "item_type": item_type, "call_id": call_id, "item_digest": item_digest,
+            "output_digest": output_digest, "args_digest": args_digest,
+        }
+        refs = self._call_refs(run_id, None, call_id) if isinstance(call_id, str) else []
+        return self.append("session_item", body, refs, time_ns)
+
+    def guardrail(
+        self,
+        *,
+        run_id: str,
+        call_id: str,
+        guardrail: str,
+        message: str | None = None,
+        scope: Sequence[str] = (),
+        agent: str | None = None,
+        tool: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record that a guardrail blocked a call: its ``message`` (None: not known) replaces
+        the call's output. A tool input guardrail blocks before the tool runs, a tool output
+        guardrail after (its execution is recorded first)."""
+        body = {
+            "run_id": run_id, "scope": list(scope), "call_id": call_id, "guardrail": guardrail,
+            "message_digest": self._put_output(message) if message else None,
+            "agent": agent, "tool": tool,
+        }
+        return self.append("guardrail", body, self._call_refs(run_id, scope, call_id), time_ns)
+
+    def run_end(
+        self,
+        *,
+        run_id: str,
+        status: str,
+        scope: Sequence[str] = (),
+        run_state: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record the end of a run (or of one leg of it): completed, interrupted or failed.
+
+        ``run_state`` is the id of the run state the leg resumed from (None: started fresh).
+
+        Raises:
+            UsageError: if ``status`` is unknown.
+        """
+        if status not in RUN_STATUSES:
+            raise UsageError(f"run status must be one of {RUN_STATUSES}, not {status!r}")
+        body = {"run_id": run_id, "scope": list(scope), "status": status, "run_state": run_state}
+        return self.append("run_end", body, [], time_ns)
+
+    def run_state(
+        self,
+        *,
+        run_id: str,
+        state_id: str,
+        event: str,
+        parent: str | None = None,
+        state: Any = None,
+        digest: bytes | None = None,
+        interruptions: Sequence[Interruption] = (),
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record a run state (a paused run's ``RunState``) of run ``run_id``.
+
+        ``state_id`` names the state; ``parent`` the state it was derived from.
+        ``event`` is ``to_state`` (made from a run result), ``to_json`` (serialised),
+        ``loaded`` (first met, restored from JSON) or ``resume`` (a leg resumed from
+        it). ``state`` is its serialised form (a JSON value: ``RunState.to_json()``),
+        digested into the 32-byte ``digest`` as SHA-256 over its RFC 8785 JSON (see
+        :func:`item_bytes` for values RFC 8785 refuses) and not stored; or pass ``digest``
+        itself. ``interruptions`` are its pending approvals.
+
+        Raises:
+            UsageError: if ``event`` is unknown.
+        """
+        if event not in STATE_EVENTS:
+            raise UsageError(f"run state event must be one of {STATE_EVENTS}, not {event!r}")
+        if state is not None:
+            digest = item_sha256(state)
+        pending = []
+        for item in interruptions:
+            fields = {
+                "call_id": item.call_id, "tool": item.tool, "agent": item.agent,
+                "scope": None if item.scope is None else list(item.scope),
+                "args_digest": (
+                    None if item.arguments is None
+                    else digests.arguments_digest(item.arguments).digest
+                ),
+            }
+            pending.append({name: fields[name] for name in encoding.canonical_order(fields)})
+        body = {
+            "run_id": run_id, "state_id": state_id, "parent": parent, "event": event,
+            "digest": digest, "interruptions": pending,
+        }
+        return self.append("run_state", body, [], time_ns)
+
+    def redaction(
+        self, *, digest: bytes, reason: str, by: str | None = None, time_ns: int | None = None
+    ) -> bytes:
+        """Record that the payload with this 32-byte SHA-256 is erased, and why.
+
+        Append this before erasing the payload, so an erased payload always has its
+        entry (see :func:`evidence_ledger.record.redact.redact`).
+        """
+        body = {"digest": digest, "reason": reason, "by": by}
+        return self.append("redaction", body, [], time_ns)
+
+    def ingest_marker(
+        self, *, file_sha256: bytes, lines: int, name: str, time_ns: int | None = None
+    ) -> bytes:
+        """Record that a JSONL file (32-byte SHA-256, ``lines`` lines) was ingested."""
+        body = {"file_sha256": file_sha256, "lines": lines, "name": name}
+        return self.append("ingest", body, [], time_ns)
+
+    def session_repair(
+        self,
+        *,
+        repair_id: str,
+        session_id: str,
+        store: str,
+        item: dict[str, Any],
+        position: int,
+        run_id: str,
+        by: str,
+        scope: Sequence[str] = (),
+        backup: str | None = None,
+        history_digest: bytes | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record that a missing ``function_call`` ``item`` was synthesised from the ledger's
+        evidence and inserted into session ``session_id`` at index ``position`` (0-based, in
+        the repaired history), by ``by``.
+
+        ``item`` is the inserted ``function_call`` (``call_id``, ``name``, ``arguments``
+        strings); it is stored as a payload (``item_digest``) and its arguments digested.
+        The entry's ref is the recorded call ``(run_id, scope, item["call_id"])`` the item
+        was rebuilt from. ``store`` names the session store (a file path, or a Session
+        class); ``backup`` the backup copy written first, if any; ``history_digest`` the
+        32-byte digest of an already-stored payload holding the history before the repair.
+        All entries of one repair share ``repair_id`` (see :mod:`evidence_ledger.sessions`).
+
+        Raises:
+            UsageError: if ``item`` is not such a ``function_call``, ``position`` is
+                negative, or no call ``(run_id, scope, call_id)`` is recorded.
+        """
+        call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+        if item.get("type") != "function_call" or not all(
+            isinstance(v, str) for v in (call_id, name, arguments)
+        ):
+            raise UsageError("a session repair inserts a function_call item with string "
+                             "call_id, name and arguments")
+        assert isinstance(call_id, str) and isinstance(arguments, str)
+        if position < 0:
+            raise UsageError(f"position must be >= 0, not {position}")
+        with self.atomic():
+            call_hash = self.find_call(run_id, scope, call_id)
+            if call_hash is None:
+                raise UsageError(f"no recorded call {call_id!r} in run {run_id!r} scope "
+                                 f"{list(scope)} to repair from")
+            body = {
+                "run_id": run_id, "scope": list(scope), "call_id": call_id,
+                "repair_id": repair_id, "session_id": session_id, "store": store,
+                "backup": backup, "tool": name,
+                "args_digest": digests.arguments_digest(arguments).digest,
+                "item_digest": self._put_item(item), "position": position,
+                "history_digest": history_digest, "by": by,
+            }
+            return self.append("session_repair", body, [call_hash], time_ns)

@@ -1,0 +1,43 @@
+"""Reading files the user names on the command line."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from evidence_ledger.format.errors import UsageError
+
+MAX_INPUT = 1 << 30
+"""Largest input file read whole (bytes)."""
+
+
+def read_input(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The bytes of the regular input file at ``path``: all of them (at most
+    :data:`MAX_INPUT`), or only its first ``limit`` bytes.
+
+    Raises:
+        UsageError: if it is missing, not a regular file (a directory, FIFO or device,
+            which could block or never end), too large, or unreadable (one line naming it).
+    """
+    try:
+        with open(path, "rb", opener=open_nonblocking) as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise UsageError(f"{os.fspath(path)} is not a regular file")
+            if limit is not None:
+                return fh.read(limit)
+            if info.st_size > MAX_INPUT:
+                raise UsageError(f"{os.fspath(path)} is larger than {MAX_INPUT} bytes")
+            return fh.read()
+    except FileNotFoundError as exc:
+        raise UsageError(f"{os.fspath(path)} not found") from exc
+    except IsADirectoryError as exc:
+        raise UsageError(f"{os.fspath(path)} is a directory, not a file") from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc
+
+
+def open_nonblocking(path: str, flags: int) -> int:
+    """An ``opener`` for :func:`open`: ``O_NONBLOCK``, so opening a FIFO with no writer
+    returns at once instead of hanging (check ``S_ISREG`` on the result)."""
+    return os.open(path, flags | os.O_NONBLOCK)

@@ -1,0 +1,139 @@
+"""File-system primitives the stores share: fsync by path, OS file locks, and opening
+files inside a ledger directory that may have been tampered with."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from evidence_ledger.format.errors import LockTimeout, StorageError
+
+
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """``fsync`` a file or directory by path (a directory: to make new entries durable).
+
+    Raises:
+        OSError: if it cannot be opened or synced.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class NotRegularFileError(OSError):
+    """A path inside the ledger names a symlink, FIFO, socket, device or directory where
+    a regular file belongs: it is never read (a FIFO blocks, ``/dev/zero`` never ends)."""
+
+
+_SAFE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """Open the regular file at ``path`` and return its descriptor.
+
+    The last path element must not be a symlink (``O_NOFOLLOW``); opening never blocks
+    (``O_NONBLOCK``: a FIFO without a writer returns at once), and anything that is not a
+    regular file is closed again unread. ``O_NONBLOCK`` changes nothing for regular files.
+
+    Args:
+        path: the file.
+        flags: ``os.open`` flags (``O_RDONLY`` by default; ``O_RDWR | O_CREAT`` to create).
+        mode: permissions of a file created by ``O_CREAT``.
+
+    Raises:
+        NotRegularFileError: if ``path`` is a symlink, FIFO, socket, device or directory.
+        OSError: for any other failure (``FileNotFoundError`` when it does not exist).
+    """
+    try:
+        fd = os.open(path, flags | _SAFE_FLAGS, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegularFileError(
+                errno.ELOOP, "is a symbolic link, not a regular file", os.fspath(path)
+            ) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV, errno.EOPNOTSUPP):
+            raise NotRegularFileError(exc.errno, "is not a regular file", os.fspath(path)) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFileError(
+                errno.EINVAL,
+                "is not a regular file (a directory, FIFO, socket or device)",
+                os.fspath(path),
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """All bytes of the regular file at ``path`` (see :func:`open_regular`).
+
+    Args:
+        path: the file.
+        limit: read at most ``limit + 1`` bytes (so that a caller can tell a file larger
+            than ``limit`` from one of exactly ``limit`` bytes); None reads it all.
+
+    Raises:
+        NotRegularFileError: if it is not a regular file.
+        OSError: if it cannot be read.
+    """
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read() if limit is None else fh.read(limit + 1)
+
+
+def problem(exc: OSError) -> str:
+    """``exc`` as a short phrase: "is a symbolic link, not a regular file", "No such
+    file or directory"..."""
+    return exc.strerror or str(exc)
+
+
+@contextlib.contextmanager
+def file_lock(
+    path: Path, *, exclusive: bool = True, timeout: float | None = None
+) -> Iterator[None]:
+    """Hold an OS lock (``flock``) on the file at ``path`` (created, with its folder).
+
+    Args:
+        path: the lock file.
+        exclusive: exclusive (writers) or shared (readers) lock.
+        timeout: seconds to wait for another holder; None waits for ever, 0 fails at once.
+
+    Raises:
+        LockTimeout: if the lock is still held elsewhere after ``timeout`` seconds.
+        StorageError: if the lock file cannot be created or opened.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _SAFE_FLAGS, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot open lock file {path}: {exc.strerror or exc}") from exc
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    try:
+        if timeout is None:
+            fcntl.flock(fd, mode)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockTimeout(
+                            f"another process holds {path} (waited {timeout:g} s)"
+                        ) from None
+                    time.sleep(0.005)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

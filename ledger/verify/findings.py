@@ -1,0 +1,85 @@
+"""Findings: what the verifier reports, and the names of its rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+INTEGRITY = "integrity"
+TOOL_LINKAGE = "tool_linkage"
+OUTPUT_PROVENANCE = "output_provenance"
+EXECUTION_PROVENANCE = "execution_provenance"
+APPROVAL_BINDING = "approval_binding"
+REJECTION_RESPECTED = "rejection_respected"
+ARGUMENT_INTEGRITY = "argument_integrity"
+EXACTLY_ONCE = "exactly_once"
+APPROVED_NOT_EXECUTED = "approved_not_executed"
+STATE_ISOLATION = "state_isolation"
+NESTED_OWNERSHIP = "nested_ownership"
+
+PAYLOAD_MISSING = "payload_missing"
+"""A payload an entry names is gone and no ``redaction`` entry erased it: lost evidence.
+
+Reported by :func:`evidence_ledger.verify.audit.verify_ledger` when payloads are checked (not part
+of
+:data:`RULES`, which the pure verifier and offline bundles run without a payload store).
+"""
+
+RULES = (
+    INTEGRITY,
+    TOOL_LINKAGE,
+    OUTPUT_PROVENANCE,
+    EXECUTION_PROVENANCE,
+    APPROVAL_BINDING,
+    REJECTION_RESPECTED,
+    ARGUMENT_INTEGRITY,
+    EXACTLY_ONCE,
+    APPROVED_NOT_EXECUTED,
+    STATE_ISOLATION,
+    NESTED_OWNERSHIP,
+)
+"""Stable rule names, in the order reports list them (see FORMAT.md)."""
+
+CHECKPOINT_RULES = (
+    "checkpoint_format",
+    "checkpoint_signature",
+    "checkpoint_origin",
+    "checkpoint_missing",
+    "checkpoint_size",
+    "checkpoint_root",
+    "checkpoint_consistency",
+    "trusted_checkpoint",
+    "append_only",
+)
+"""Rule names of the checkpoint audit (:mod:`evidence_ledger.verify.checkpoint_audit`), named here
+so the
+offline bundle verifier, which reads no storage code, knows them too."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One violation of one rule.
+
+    Attributes:
+        rule: one of :data:`RULES` (or a rule added by a later check, e.g. ``append_only``).
+        seq: the entry (leaf index) where the break shows, or None when it is not an entry.
+        detail: one human-readable sentence.
+        run_id, scope, call_id: the call identity concerned, when there is one.
+    """
+
+    rule: str
+    seq: int | None
+    detail: str
+    run_id: str | None = None
+    scope: tuple[str, ...] = field(default=())
+    call_id: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The violation object of ``schemas/verify-report.schema.json``."""
+        return {
+            "rule": self.rule,
+            "run_id": self.run_id,
+            "scope": list(self.scope),
+            "call_id": self.call_id,
+            "seq": self.seq,
+            "detail": self.detail,
+        }

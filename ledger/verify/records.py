@@ -1,0 +1,194 @@
+"""Verify a ledger: integrity of every record, the Merkle root, and the evidence rules.
+
+Pure core: it takes the log's scan items (record bytes and integers) and a function
+that says whether a payload matches its digest, and returns a :class:`Report`. The
+caller does the I/O (see :func:`evidence_ledger.verify.audit.verify_ledger`).
+
+``integrity`` covers: frame CRCs, canonical encoding, body shapes, contiguous ``seq``,
+``prev`` links, ``refs`` naming earlier calls, and payload digests.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from evidence_ledger.format.digests import PayloadStatus
+from evidence_ledger.format.entries import PAYLOAD_FIELDS, ZERO_HASH, decode_entry, entry_hash
+from evidence_ledger.format.errors import EncodingError, UsageError
+from evidence_ledger.format.framing import Damage, Record, ScanItem, TornTail
+from evidence_ledger.tlog import merkle
+from evidence_ledger.verify.findings import (
+    INTEGRITY,
+    PAYLOAD_MISSING,
+    RULES,
+    Finding,
+)
+from evidence_ledger.verify.rules import CallState, RuleEngine
+
+REPORT_FORMAT_VERSION = 1
+
+
+@dataclass
+class Report:
+    """The verdict over a ledger (see ``schemas/verify-report.schema.json``).
+
+    Attributes:
+        tree_size: number of entries (leaves) read.
+        root_hash: RFC 9162 root hash over them, 32 bytes.
+        violations: findings ordered by seq.
+        notices: one-line remarks that are not violations (torn tail, missing payload).
+        calls: per-call state the rules built (call identity -> :class:`CallState`).
+        rules: names of the rules run.
+        roots: tree size -> root hash (32 bytes) for the sizes asked for, and 0.
+    """
+
+    tree_size: int = 0
+    root_hash: bytes = merkle.EMPTY_ROOT
+    violations: list[Finding] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    calls: dict[tuple[str, tuple[str, ...], str], CallState] = field(default_factory=dict)
+    rules: tuple[str, ...] = RULES
+    roots: dict[int, bytes] = field(default_factory=lambda: {0: merkle.EMPTY_ROOT})
+
+    @property
+    def size(self) -> int:
+        """Tree size (as :class:`evidence_ledger.verify.checkpoint_audit.LogRoots` names it)."""
+        return self.tree_size
+
+    def root(self, size: int) -> bytes:
+        """Root hash at ``size``, 32 bytes, for the sizes asked for in ``roots_at``.
+
+        Raises:
+            UsageError: if that size was not asked for or not reached.
+        """
+        try:
+            return self.roots[size]
+        except KeyError:
+            raise UsageError(f"no root recorded at tree size {size}") from None
+
+    @property
+    def ok(self) -> bool:
+        """True when no rule was violated."""
+        return not self.violations
+
+    def to_json(self) -> dict[str, object]:
+        """The ``--json`` output (schemas/verify-report.schema.json)."""
+        return {
+            "format_version": REPORT_FORMAT_VERSION,
+            "ok": self.ok,
+            "tree_size": self.tree_size,
+            "root_hash": base64.b64encode(self.root_hash).decode("ascii"),
+            "rules": list(self.rules),
+            "notices": list(self.notices),
+            "violations": [v.to_json() for v in self.violations],
+        }
+
+
+def verify_records(
+    items: Iterable[ScanItem],
+    payload_check: Callable[[bytes], PayloadStatus] | None = None,
+    roots_at: Iterable[int] = (),
+) -> Report:
+    """Verify a log given as scan items, in order.
+
+    Args:
+        items: :class:`Record` items, then at most one :class:`Damage` or
+            :class:`TornTail` (as :meth:`evidence_ledger.storage.log_store.FileLogStore.scan`
+            yields them).
+        payload_check: maps a 32-byte payload digest to a :class:`PayloadStatus`;
+            None skips payload checks. With it, a payload that is missing and that no
+            ``redaction`` entry erased is a ``payload_missing`` violation at the first
+            seq naming it (lost evidence), and the rule is listed as run.
+        roots_at: tree sizes whose root hashes to keep in :attr:`Report.roots` (those of
+            stored and trusted checkpoints), taken in the same pass.
+
+    Returns:
+        A :class:`Report`; never raises on bad input (damage becomes findings).
+    """
+    report = Report()
+    wanted = frozenset(roots_at)
+    engine = RuleEngine()
+    tree = merkle.CompactRange()
+    integrity: list[Finding] = []
+    prev = ZERO_HASH
+    prev_broken = False
+    known_calls: set[bytes] = set()
+    missing: dict[bytes, int] = {}  # payload digest -> first seq naming it
+    redacted: set[bytes] = set()
+
+    def broken(seq: int | None, detail: str) -> None:
+        integrity.append(Finding(INTEGRITY, seq, detail))
+
+    for item in items:
+        if isinstance(item, TornTail):
+            after = f"after seq {tree.size - 1}" if tree.size else "before the first entry"
+            report.notices.append(
+                f"torn tail: {item.length} bytes at offset {item.offset}, {after} (a crash "
+                "mid-append; the next writer cuts it back and keeps the bytes in torn/)"
+            )
+            continue
+        if isinstance(item, Damage):
+            broken(item.index, f"{item.reason}; nothing after offset {item.offset} can be read")
+            continue
+        assert isinstance(item, Record)
+        seq = item.index
+        tree.append(merkle.leaf_hash(item.data))
+        if tree.size in wanted:
+            report.roots[tree.size] = tree.root()
+        this_hash = entry_hash(item.data)
+        damaged = not item.crc_ok
+        if damaged:
+            broken(seq, "record fails its CRC-32 (bytes changed)")
+        try:
+            entry = decode_entry(item.data)
+        except EncodingError as exc:
+            if not damaged:
+                broken(seq, f"entry does not decode: {exc}")
+            prev, prev_broken = this_hash, True
+            continue
+        if entry.seq != seq:
+            broken(seq, f"entry says seq {entry.seq}, it stands at {seq}")
+        elif entry.prev != prev and not prev_broken and not damaged:
+            broken(seq, "prev does not match the hash of the previous entry")
+        for ref in entry.refs:
+            if ref not in known_calls:
+                broken(seq, f"ref {ref.hex()[:16]}… names no earlier call entry")
+        if payload_check is not None:
+            for name in PAYLOAD_FIELDS:
+                digest = entry.body.get(name)
+                if isinstance(digest, bytes):
+                    status = payload_check(digest)
+                    if status is PayloadStatus.MISMATCH:
+                        broken(seq, f"payload {name} does not match its digest")
+                    elif status is PayloadStatus.MISSING:
+                        missing.setdefault(digest, seq)
+        if entry.kind == "call":
+            known_calls.add(this_hash)
+        elif entry.kind == "redaction":
+            redacted.add(entry.body["digest"])
+        prev, prev_broken = this_hash, damaged
+        if not damaged and entry.seq == seq:  # the rules read only entries where they claim
+            engine.feed(entry)
+
+    erased = [d for d in missing if d in redacted]
+    if erased:
+        report.notices.append(f"{len(erased)} payload(s) redacted (entries and proofs unaffected)")
+    lost = [
+        Finding(
+            PAYLOAD_MISSING, seq, f"payload sha256:{digest.hex()} (named by seq {seq}) is "
+            "missing and no redaction entry erased it: evidence was lost",
+        )
+        for digest, seq in missing.items() if digest not in redacted
+    ]
+    if payload_check is not None:
+        report.rules = (*RULES, PAYLOAD_MISSING)
+    report.tree_size = tree.size
+    report.root_hash = tree.root()
+    report.violations = sorted(
+        integrity + lost + engine.findings, key=lambda f: (f.seq is None, f.seq)
+    )
+    report.notices = report.notices + engine.notices
+    report.calls = engine.calls
+    return report
