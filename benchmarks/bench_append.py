@@ -11,11 +11,10 @@ import hashlib
 import os
 from pathlib import Path
 
-from evidence_ledger.format.framing import Record
-from evidence_ledger.storage.ledger_dir import Ledger
-
 from benchmarks.common import Row, discard, median_time, scratch
 from benchmarks.workload import build_ledger
+from evidence_ledger.format.framing import Record
+from evidence_ledger.storage.ledger_dir import Ledger
 
 GROUP = 256
 

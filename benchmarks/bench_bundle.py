@@ -20,13 +20,12 @@ import argparse
 import platform
 from pathlib import Path
 
+from benchmarks.common import RUNS, Row, empty_trash, median_time, print_table, scratch
+from benchmarks.workload import CHAINS_PER_RUN, build_ledger
 from evidence_ledger.bundle.build import Bundle, build_bundle
 from evidence_ledger.bundle.verify import Selection, verify_bundle
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog.note import Signer
-
-from benchmarks.common import RUNS, Row, empty_trash, median_time, print_table, scratch
-from benchmarks.workload import CHAINS_PER_RUN, build_ledger
 
 TARGET_BYTES = 16 * 1024
 CHAIN_ENTRIES = 5  # a gated chain: call, decision, execution, two session items

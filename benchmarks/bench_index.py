@@ -36,6 +36,8 @@ from typing import TypeVar
 import duckdb
 import msgpack
 import pyarrow as pa
+
+from benchmarks.common import Row, median_time
 from evidence_ledger.format.entries import BODY_FIELDS, decode_entry
 from evidence_ledger.format.framing import Record
 from evidence_ledger.index.build import CHUNK, update_index
@@ -44,8 +46,6 @@ from evidence_ledger.index.query import run_query
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.records import verify_records
-
-from benchmarks.common import Row, median_time
 
 T = TypeVar("T")
 GROUP = 10_000
@@ -110,11 +110,9 @@ def _chain(w: EvidenceWriter, i: int, t: int) -> int:
 def build_floor(ledger: Ledger, target: Path) -> int:
     """The floor of an index build over the same log: per record, read its frame, unpack
     the MessagePack and take its entry hash; every :data:`evidence_ledger.index.build.CHUNK`
-    entries,
-    bulk-load those entries as they are into DuckDB (one Arrow table per entry kind) and
-    commit. No canonical-form check, no rules, no view columns: the least any index of
-    this log does. The cyclic GC is paused, as :func:`update_index` pauses it. Returns
-    the entries loaded.
+    entries, bulk-load those entries as they are into DuckDB (one Arrow table per entry kind) and
+    commit. No canonical-form check, no rules, no view columns: the least any index of this log
+    does. The cyclic GC is paused, as :func:`update_index` pauses it. Returns the entries loaded.
     """
     con = duckdb.connect(str(target))
     types: dict[str, pa.DataType] = {}

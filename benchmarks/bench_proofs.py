@@ -3,16 +3,15 @@
 Two ways of ours, both against pymerkle 7 (GPL; a benchmark-only dependency, never
 imported by the package) holding the same entries in an ``InmemoryTree``:
 
-- *loaded tree*, the like-for-like comparison: one :class:`evidence_ledger.tlog.proofs.Prover` over
-  the tree :meth:`TreeStore.update` returns (``nodes.bin`` memory-mapped), as pymerkle
+- *loaded tree*, the like-for-like comparison: one :class:`evidence_ledger.tlog.proofs.Prover`
+  over the tree :meth:`TreeStore.update` returns (``nodes.bin`` memory-mapped), as pymerkle
   proves from its tree already in memory. This is what the bundle builder does.
-- *per call*: :func:`evidence_ledger.tlog.proofs.prove_inclusion` / ``prove_consistency`` as a
-library
-  caller makes them, once per proof: check the store is current (no lock when nothing
-  was appended), map the node file, re-read the entry from the log, make the proof. (The
-  CLI's ``inclusion`` / ``consistency`` add one O(n) hashing pass over ``log.bin`` to
-  check the proof against the log itself; ``prove`` checks its proofs against the
-  checkpoint it signs.)
+- *per call*: :func:`evidence_ledger.storage.log_proofs.prove_inclusion` /
+  ``prove_consistency`` as a library caller makes them, once per proof: check the store
+  is current (no lock when nothing was appended), map the node file, re-read the entry
+  from the log, make the proof. (The CLI's ``inclusion`` / ``consistency`` add one O(n)
+  hashing pass over ``log.bin`` to check the proof against the log itself; ``prove``
+  checks its proofs against the checkpoint it signs.)
 
 Verification: our pure verifier against pymerkle's ``verify_inclusion`` /
 ``verify_consistency``, on proofs of the same tree. The roots of the two trees are
@@ -37,13 +36,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import Row
 from evidence_ledger.format.framing import Record
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.log_proofs import prove_consistency, prove_inclusion
 from evidence_ledger.storage.tree_store import TreeStore
 from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
-from evidence_ledger.tlog.proofs import Prover, prove_consistency, prove_inclusion
-
-from benchmarks.common import Row
+from evidence_ledger.tlog.proofs import Prover
 
 SAMPLES = 300
 REPEATS = 3

@@ -26,9 +26,9 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from agents import Agent, Runner, SQLiteSession, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-from evidence_ledger.record.integrations.openai_agents import Recorder
 
 from benchmarks.common import RUNS, Row
+from evidence_ledger import Recorder
 
 TURNS = 100
 

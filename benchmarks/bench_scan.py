@@ -30,9 +30,9 @@ from typing import Any
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from agents import SQLiteSession
-from evidence_ledger.sessions.report import scan_store
 
 from benchmarks.common import RUNS, Row
+from evidence_ledger.sessions.report import scan_store
 
 TARGET_S = 2.0
 

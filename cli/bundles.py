@@ -1,12 +1,10 @@
 """Proof-bundle commands: ``prove`` (build a signed, offline-verifiable bundle) and
 ``verify-proof`` (check one without the ledger).
 
-Thin: parse arguments, call :mod:`evidence_ledger.bundle.build` /
-:mod:`evidence_ledger.bundle.verify`, print.
-Errors are :mod:`evidence_ledger.format.errors` types, turned into one line and an exit code by the
-handler in ``evidence_ledger.cli.main`` (EvidenceError: 1, UsageError: 2). Every string that came
-from
-a bundle or a ledger is printed with control characters escaped.
+Thin: parse arguments, call the public API (``Ledger.prove``, ``verify_bundle``), print.
+Errors are :class:`evidence_ledger.LedgerError` types, turned into one line and an exit code
+by the handler in :mod:`evidence_ledger.cli.main`. Every string that came from a bundle or
+a ledger is printed with control characters escaped.
 """
 
 from __future__ import annotations
@@ -18,16 +16,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from evidence_ledger.bundle.build import build_bundle, refuse_existing, write_bundle
-from evidence_ledger.bundle.verify import PROOF_WHOLE_LOG, Selection, VerifiedBundle, verify_bundle
+
+import evidence_ledger as el
 from evidence_ledger.cli import output
 from evidence_ledger.cli.options import JsonOpt, LedgerOpt, open_ledger
-from evidence_ledger.format.errors import UsageError
-from evidence_ledger.storage.files import read_input
-from evidence_ledger.storage.keys import load_signer, refuse_key_inside
-from evidence_ledger.tlog.note import Verifier
-from evidence_ledger.verify.findings import Finding
-from evidence_ledger.verify.rules import CallState
 
 __all__ = ["register", "render_markdown", "render_text"]
 
@@ -53,7 +45,7 @@ def _b64(value: bytes) -> str:
     return base64.b64encode(value).decode("ascii")
 
 
-def _finding_line(f: Finding) -> str:
+def _finding_line(f: el.Finding) -> str:
     where = "ledger-wide" if f.seq is None else f"seq {f.seq}"
     who = " ".join(
         part for part in (
@@ -65,11 +57,11 @@ def _finding_line(f: Finding) -> str:
     return _clean(f"{f.rule} at {where}{' ' + who if who else ''}: {f.detail}")
 
 
-def render_text(v: VerifiedBundle) -> str:
+def render_text(v: el.VerifiedBundle) -> str:
     """What ``verify-proof`` prints for an authentic bundle (several lines, ending in ``\\n``)."""
     cp = v.checkpoint
     proofs = (
-        "the whole log (root recomputed from every leaf)" if v.proof_form == PROOF_WHOLE_LOG
+        "the whole log (root recomputed from every leaf)" if v.whole_log
         else "each with an RFC 9162 inclusion proof"
     )
     if v.payloads is None:
@@ -120,7 +112,7 @@ def _short(digest: bytes | None) -> str:
     return "—" if digest is None else _md_code("sha256:" + digest.hex()[:16] + "…")
 
 
-def _call_row(v: VerifiedBundle, call: CallState) -> str:
+def _call_row(v: el.VerifiedBundle, call: el.CallState) -> str:
     decision = call.decision or call.authorized_by
     if decision is None:
         approval = "none (gated)" if call.gated else "not gated"
@@ -154,7 +146,7 @@ def _call_row(v: VerifiedBundle, call: CallState) -> str:
     )
 
 
-def render_markdown(v: VerifiedBundle, bundle_name: str) -> str:
+def render_markdown(v: el.VerifiedBundle, bundle_name: str) -> str:
     """A short report to paste into an issue: the chain, the verdict, the checkpoint root,
     and how to verify the attached bundle file ``bundle_name``."""
     cp = v.checkpoint
@@ -196,7 +188,7 @@ def render_markdown(v: VerifiedBundle, bundle_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _summary(v: VerifiedBundle, out: Path, size: int, reused: bool) -> dict[str, Any]:
+def _summary(v: el.VerifiedBundle, out: Path, size: int, reused: bool) -> dict[str, Any]:
     doc = v.to_json()
     return {
         "out": str(out),
@@ -248,22 +240,10 @@ def prove_command(
     """Write a signed, offline-verifiable proof bundle (in-toto Statement in a DSSE
     envelope) of the selected evidence chains, with inclusion proofs against a signed
     checkpoint and the verifier's verdict on them."""
-    if all_ and (call_id is not None or run_id is not None):
-        raise UsageError("--all proves the whole log; drop --call-id and --run-id")
-    if all_:
-        selection = Selection("all")
-    elif call_id is not None:
-        selection = Selection("call", run_id, call_id)
-    elif run_id is not None:
-        selection = Selection("run", run_id)
-    else:
-        raise UsageError("say what to prove: --call-id ID [--run-id R], --run-id ID, or --all")
     book = open_ledger(ledger)
-    refuse_existing(out)
-    refuse_key_inside(book.directory, key)
-    signer = load_signer(key)
-    bundle = build_bundle(book, signer, selection, include_payloads=include_payloads)
-    path = write_bundle(out, bundle.data, private=include_payloads)
+    bundle = book.prove(out, el.SigningKey.load(key), call_id=call_id, run_id=run_id,
+                        whole_log=all_, include_payloads=include_payloads)
+    path = out
     if format_ is ProveFormat.markdown:
         typer.echo(render_markdown(bundle.verified, path.name), nl=False)
     else:
@@ -287,8 +267,7 @@ def verify_proof_command(
 
     Exit 0 when authentic (whatever verdict it carries), 1 when not.
     """
-    verifiers = [Verifier.from_vkey(v) for v in verifier_key]
-    verified = verify_bundle(read_input(file), verifiers)
+    verified = el.verify_bundle(file, verifier_key)
     if json_:
         typer.echo(json.dumps(verified.to_json(), indent=2))
     else:

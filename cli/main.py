@@ -1,4 +1,5 @@
-"""evidence-ledger: the command line. It parses arguments, calls ``ledger``, and prints.
+"""evidence-ledger: the command line. It parses arguments, calls the public API
+(:mod:`evidence_ledger`, its only import from the package), and prints.
 
 Exit codes (every command): 0 success; 1 evidence that fails to verify (a violation, a
 tampered or unparseable ledger, note, bundle or export); 2 bad usage or input that is
@@ -7,9 +8,8 @@ not evidence. Errors print one line on stderr; ``--verbose`` adds the traceback.
 
 from __future__ import annotations
 
-import asyncio
+import collections
 import functools
-import importlib.util
 import itertools
 import os
 import sys
@@ -18,23 +18,11 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.markup import escape
+
+import evidence_ledger as el
 from evidence_ledger.cli import bundles, output, query, sessions, tlog
 from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
-from evidence_ledger.format.digests import from_text
-from evidence_ledger.format.entries import KINDS, entry_json
-from evidence_ledger.format.errors import LedgerError, UsageError
-from evidence_ledger.index.trace import trace_call
-from evidence_ledger.record.checkpointing import create_checkpoint
-from evidence_ledger.record.ingest import ingest_file
-from evidence_ledger.record.redact import redact as redact_payload
-from evidence_ledger.record.writer import EvidenceWriter
-from evidence_ledger.storage.files import read_input
-from evidence_ledger.storage.keys import check_new_key_path, keygen, load_signer
-from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.verify.audit import verify_ledger
-from evidence_ledger.verify.chains import call_chains
-from evidence_ledger.verify.lineage import StateNode
-from rich.markup import escape
 
 app = typer.Typer(
     name="evidence-ledger",
@@ -45,12 +33,19 @@ app = typer.Typer(
     rich_markup_mode="markdown",  # docstring paragraphs are reflowed, not cut mid-sentence
 )
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"evidence-ledger {el.__version__}")
+        raise typer.Exit(0)
 
 
 @app.callback()
 def _root(
     verbose: Annotated[bool, typer.Option("--verbose", help="Show tracebacks on errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True,
+                           help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """Record agent evidence, verify it, and prove it to others."""
 
@@ -80,9 +75,8 @@ def verify(
 
     Exit 0 when no rule is violated, 1 otherwise.
     """
-    trusted = [read_input(path) for path in trusted_checkpoint or []]
     book = open_ledger(ledger)
-    report = verify_ledger(book, verifier_key or [], trusted, payloads=not no_payloads)
+    report = book.verify(verifier_key or [], trusted_checkpoint or [], payloads=not no_payloads)
     if json:
         output.print_json(report.to_json())
     else:
@@ -101,7 +95,7 @@ def ingest(
 
     A file where any line fails the schema is rejected whole (exit 2), naming the line.
     """
-    result = ingest_file(EvidenceWriter(open_ledger(ledger, create=True)), events, again=again)
+    result = open_ledger(ledger, create=True).ingest(events, again=again)
     if json:
         output.print_json({
             "file_sha256": "sha256:" + result.file_sha256.hex(), "events": result.events,
@@ -126,18 +120,8 @@ def log_(
 ) -> None:
     """List entries, newest last."""
     book = open_ledger(ledger)
-    if kind is not None and kind not in KINDS:
-        raise UsageError(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
-    rows, named = [], call_id is None
-    for entry, hash_ in book.entries():  # one pass, holding only the rows shown
-        if call_id is not None and entry.body.get("call_id") != call_id:
-            continue
-        named = True
-        if kind is None or entry.kind == kind:
-            rows.append(entry_json(entry, hash_))
-    if not named:
-        raise UsageError(f"no entry names call_id {call_id!r}")
-    rows = rows[-limit:] if limit else rows
+    # one pass, holding only the rows shown
+    rows = list(collections.deque(book.entries(kind=kind, call_id=call_id), maxlen=limit))
     if json:
         output.print_json(rows)
         return
@@ -171,7 +155,7 @@ _TRACE_LINES = {
 }
 
 
-def _lineage_line(node: StateNode, call_id: str) -> str:
+def _lineage_line(node: el.StateNode, call_id: str) -> str:
     """One run state: its events, what it still waited for, and what bound to it (this
     call's decisions and executions, and every leg end), each with its seq."""
     parts = [f"{e.event}@{e.seq}" for e in node.events] or ["(no run_state entry)"]
@@ -188,7 +172,7 @@ def _lineage_line(node: StateNode, call_id: str) -> str:
     return f"{node.state_id[:12]}  " + "  ".join(parts)
 
 
-def _print_lineage(forest: dict[str, list[StateNode]], call_id: str) -> None:
+def _print_lineage(forest: dict[str, list[el.StateNode]], call_id: str) -> None:
     for run, roots in forest.items():
         output.stdout.print(output.plain(f"run states of run {run}:"), highlight=False,
                             markup=False)
@@ -221,8 +205,8 @@ def trace(
     """
     book = open_ledger(ledger)
     with output.ProgressBar("indexing") as bar:
-        found = trace_call(book, call_id, run_id, index, rebuild=rebuild, progress=bar)
-    timeline = [entry_json(entry, hash_) for entry, hash_ in found.entries]
+        found = book.trace(call_id, run_id=run_id, index=index, rebuild=rebuild, progress=bar)
+    timeline = found.timeline()
     if json:
         output.print_json({
             "call_id": call_id, "entries": timeline,
@@ -266,11 +250,7 @@ def redact(
     A payload already redacted is refused (exit 2); a redaction interrupted before its
     erase is finished without a second entry.
     """
-    try:
-        payload = from_text(digest)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    done = redact_payload(EvidenceWriter(open_ledger(ledger)), payload, reason, by)
+    done = open_ledger(ledger).redact(digest, reason=reason, by=by)
     if json:
         output.print_json({"digest": digest, "redaction_seq": done.seq,
                            "appended": done.appended, "erased": done.erased})
@@ -280,23 +260,6 @@ def redact(
     else:
         note = "" if done.erased else " (payload was already gone)"
     output.stdout.print(f"redacted {digest}{note}", markup=False)
-
-
-DEMO_ORIGIN = "demo.evidence-ledger.example/log"
-
-
-def _require_fresh(directory: Path) -> None:
-    """Refuse a ``demo`` target that exists and is not an empty directory."""
-    open_ledger(directory, create=True)  # refuses a path that is not a directory
-    try:
-        empty = not directory.exists() or next(directory.iterdir(), None) is None
-    except OSError as exc:
-        raise UsageError(f"cannot read {directory}: {exc.strerror or exc}") from exc
-    if not empty:
-        raise UsageError(
-            f"{directory} is not empty; demo records into a fresh directory: remove it or "
-            "pass another --ledger"
-        )
 
 
 @app.command()
@@ -310,28 +273,13 @@ def demo(
 
     Runs offline with a scripted model: no API key needed.
     """
-    _require_fresh(ledger)
-    target = ledger.resolve()  # "." has no name: the key goes beside the directory itself
-    key_path = target.parent / f"{target.name}-signing.key"
-    for path in (key_path, key_path.with_suffix(".vkey")):
-        check_new_key_path(path)
-    script = EXAMPLES / "approval_flow.py"
-    if not script.is_file():
-        raise UsageError(f"{script} not found: run demo from a checkout of evidence-ledger")
-    spec = importlib.util.spec_from_file_location("approval_flow", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    asyncio.run(module.main(str(ledger)))
-    vkey = keygen(DEMO_ORIGIN, key_path)
-    key_path.with_suffix(".vkey").write_text(vkey + "\n")
-    stored = create_checkpoint(Ledger(ledger), [load_signer(key_path)])
-    report = verify_ledger(Ledger(ledger), [vkey])
-    output.stdout.print(f"recorded {script.name} into {ledger}", markup=False)
-    output.print_chains(call_chains(report.calls.values()))
+    done = el.run_demo(ledger)
+    report, vkey = done.report, done.key.verifier_key
+    output.stdout.print(f"recorded {done.example} into {ledger}", markup=False)
+    output.print_chains(done.chains)
     output.stdout.print(
-        f"signed checkpoint {stored.path} (tree size {report.tree_size}) with the "
-        f"throwaway key {key_path}\nverifier key: {vkey}", highlight=False, markup=False,
+        f"signed checkpoint {done.checkpoint.path} (tree size {report.tree_size}) with the "
+        f"throwaway key {done.key.path}\nverifier key: {vkey}", highlight=False, markup=False,
     )
     output.print_report(report)
     output.stdout.print(
@@ -422,7 +370,7 @@ def _run(args: list[str], verbose: bool) -> NoReturn:
     except (typer.Abort, KeyboardInterrupt):
         output.stderr.print("evidence-ledger: aborted")
         sys.exit(130)
-    except LedgerError as exc:
+    except el.LedgerError as exc:
         if verbose:
             traceback.print_exc()
         if isinstance(exc, output.OutputError):

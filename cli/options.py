@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from evidence_ledger.format.errors import UsageError
-from evidence_ledger.storage.ledger_dir import Ledger
+
+import evidence_ledger as el
 
 LedgerOpt = Annotated[
     Path | None,
@@ -34,21 +33,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on 
 """``--json``: print JSON for scripts instead of text."""
 
 
-def open_ledger(directory: Path | None, *, create: bool = False) -> Ledger:
-    """The ledger ``--ledger`` names, checked before a command touches anything.
-
-    Args:
-        directory: the option's value (see :data:`LedgerOpt`).
-        create: the command may create the ledger (a writer such as ``ingest``); else
-            the ledger must exist already.
-
-    Raises:
-        UsageError: if the path exists and is not a directory, or (unless ``create``)
-            holds no ledger. Nothing is created either way.
+def open_ledger(directory: Path | None, *, create: bool = False) -> el.Ledger:
+    """The ledger ``--ledger`` names, checked before a command touches anything (see
+    :class:`evidence_ledger.Ledger`: UsageError for a path that is not a ledger directory).
     """
-    book = Ledger(directory)
-    if os.path.lexists(book.directory) and not book.directory.is_dir():
-        raise UsageError(f"{book.directory} is not a directory; --ledger names a ledger directory")
-    if not create:
-        book.require_exists()
-    return book
+    return el.Ledger(directory, create=create)

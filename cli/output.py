@@ -10,18 +10,16 @@ import re
 import sys
 from typing import Any, TextIO
 
-from evidence_ledger.format.errors import UsageError
-from evidence_ledger.storage.fsutil import problem
-from evidence_ledger.verify.chains import CallChain
-from evidence_ledger.verify.records import Report
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+import evidence_ledger as el
 
-class OutputError(UsageError):
+
+class OutputError(el.UsageError):
     """Standard output cannot be written: closed, a reader that stopped (broken pipe), a
     full device. Not evidence: exit 2."""
 
@@ -50,8 +48,8 @@ class CheckedStdout:
 
 
 def _unwritten(exc: OSError) -> str:
-    return (f"cannot write standard output: {problem(exc)} (the command ran; only its output "
-            "is lost)")
+    return (f"cannot write standard output: {exc.strerror or exc} (the command ran; only its "
+            "output is lost)")
 
 
 def discard_stdout() -> None:
@@ -155,7 +153,7 @@ def short(digest: bytes) -> str:
     return "sha256:" + digest.hex()[:12]
 
 
-def print_report(report: Report) -> None:
+def print_report(report: el.Report) -> None:
     """Readable verdict: tree head, notices, then violations ordered by seq."""
     stdout.print(f"tree size {report.tree_size}   root hash {report.to_json()['root_hash']}")
     for notice in report.notices:
@@ -177,7 +175,7 @@ def print_report(report: Report) -> None:
     stdout.print("[red]FAIL[/]")
 
 
-def print_chains(rows: list[CallChain]) -> None:
+def print_chains(rows: list[el.CallChain]) -> None:
     """One line per call: tool, arguments digest, decision and approver, executed, persisted."""
     table = Table(title="calls", title_justify="left")
     for column in ("run", "call (scope/call_id)", "tool", "arguments", "decision", "executed",

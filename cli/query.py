@@ -1,12 +1,10 @@
 """Audit commands: ``query`` (read-only SQL over the DuckDB index), ``export`` and
 ``verify-export`` (compliance files bound to the log by a manifest).
 
-Thin: parse arguments, call :mod:`evidence_ledger.index.build` / :mod:`evidence_ledger.index.query`
-/
-:mod:`evidence_ledger.index.export`, print. Errors are :mod:`evidence_ledger.format.errors` types,
-turned into one line
-and an exit code by the handler in ``evidence_ledger.cli.main`` (EvidenceError: 1, UsageError: 2).
-Tables and columns: docs/QUERIES.md.
+Thin: parse arguments, call the public API (``Ledger.query``, ``export``,
+``verify_export``), print. Errors are :class:`evidence_ledger.LedgerError` types, turned into
+one line and an exit code by the handler in :mod:`evidence_ledger.cli.main`. Tables and
+columns: docs/QUERIES.md.
 """
 
 from __future__ import annotations
@@ -22,13 +20,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from evidence_ledger.cli import output
-from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
-from evidence_ledger.index.build import update_index
-from evidence_ledger.index.export import export_ledger, parse_time, verify_export
-from evidence_ledger.index.query import run_query
 from rich.markup import escape
 from rich.table import Table
+
+from evidence_ledger.cli import output
+from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
 
 __all__ = ["register"]
 
@@ -95,7 +91,7 @@ def query(
     violations, call_chains, ledger_index, log_blocks. A statement that writes is refused (exit 2).
     """
     with output.ProgressBar("indexing") as bar:
-        result = run_query(open_ledger(ledger), sql, index, rebuild=rebuild, progress=bar)
+        result = open_ledger(ledger).query(sql, index=index, rebuild=rebuild, progress=bar)
     if format is QueryFormat.json:
         output.print_json([
             {c: _json_value(v) for c, v in zip(result.columns, row, strict=True)}
@@ -138,14 +134,10 @@ def export(
 ) -> None:
     """Export every view, one file each, and manifest.json (tree size, root hash, SHA-256
     of every file). Check it later with verify-export."""
-    since_ns = parse_time(since) if since is not None else None
-    until_ns = parse_time(until) if until is not None else None
     book = open_ledger(ledger)
-    with output.ProgressBar("indexing") as bar:
-        update_index(book, index, progress=bar)
     with output.ProgressBar("exporting") as bar:
-        manifest = export_ledger(
-            book, out, format.value, since=since_ns, until=until_ns, index=index, progress=bar,
+        manifest = book.export(
+            out, format.value, since=since, until=until, index=index, progress=bar,
         )
     rows = sum(f["rows"] for f in manifest["files"])
     if json_:
@@ -167,7 +159,7 @@ def verify_export_(
     SHA-256, and every file's rows re-derived from the entries. Exit 0 match, 1 mismatch."""
     book = open_ledger(ledger)
     with output.ProgressBar("re-deriving") as bar:
-        check = verify_export(directory, book, progress=bar)
+        check = book.verify_export(directory, progress=bar)
     if json_:
         output.print_json({"ok": check.ok, "tree_size": check.tree_size,
                            "root_hash": check.root_hash, "problems": check.problems})

@@ -1,9 +1,8 @@
 """Session doctor commands: ``scan-session`` and ``repair-session``.
 
-Thin: parse arguments, call :mod:`evidence_ledger.sessions`, print. Errors are raised as
-:mod:`evidence_ledger.format.errors` types and turned into one line and an exit code by the handler
-in
-``evidence_ledger.cli.main``.
+Thin: parse arguments, call the public API (``scan_sessions``, ``Ledger.repair_sessions``),
+print. Errors are :class:`evidence_ledger.LedgerError` types, turned into one line and an
+exit code by the handler in :mod:`evidence_ledger.cli.main`.
 
 Exit codes:
 
@@ -23,18 +22,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
+
+import evidence_ledger as el
 from evidence_ledger.cli import output
 from evidence_ledger.cli.options import JsonOpt, LedgerOpt, open_ledger
-from evidence_ledger.format.errors import EvidenceError, UsageError
-from evidence_ledger.record.writer import EvidenceWriter
-from evidence_ledger.sessions.apply_store import apply_store_repair
-from evidence_ledger.sessions.evidence import load_evidence
-from evidence_ledger.sessions.markers import settle_pending
-from evidence_ledger.sessions.plan import RepairPlan, plan_repair
-from evidence_ledger.sessions.record import RepairResult
-from evidence_ledger.sessions.report import ScanReport, scan_store
-from evidence_ledger.sessions.stores import MESSAGES_TABLE, read_store
-from rich.markup import escape
 
 __all__ = ["register"]
 
@@ -49,6 +41,8 @@ SourceArg = Annotated[
 SessionOpt = Annotated[
     str | None, typer.Option("--session-id", help="Only this session.", show_default=False)
 ]
+MESSAGES_TABLE = "agent_messages"
+"""The SDK's ``SQLiteSession`` default messages table."""
 TableOpt = Annotated[
     str, typer.Option("--messages-table", help="SQLiteSession messages table.")
 ]
@@ -58,7 +52,7 @@ def _say(line: str) -> None:
     output.stdout.print(output.plain(line), highlight=False, markup=False)
 
 
-def _print_scan(report: ScanReport) -> None:
+def _print_scan(report: el.ScanReport) -> None:
     contents = report.contents
     for notice in contents.notices:
         output.stdout.print(f"[yellow]notice[/]: {escape(output.plain(notice))}", highlight=False)
@@ -87,7 +81,7 @@ def _row_name(fmt: str) -> str:
     return "row" if fmt == "sqlite" else "line"
 
 
-def _print_plan(plan: RepairPlan) -> None:
+def _print_plan(plan: Any) -> None:
     row = _row_name(plan.format)
     for session in plan.sessions:
         sid = session.session.session_id
@@ -117,7 +111,7 @@ def scan_session(
     Finds orphan outputs, outputs before their calls, dangling calls and duplicated
     call ids (schemas/scan-report.schema.json). Exit 0 clean, 1 findings, 2 unreadable.
     """
-    report = scan_store(source, session_id=session_id, messages_table=messages_table)
+    report = el.scan_sessions(source, session_id=session_id, messages_table=messages_table)
     if json:
         output.print_json(report.to_json())
     else:
@@ -152,17 +146,10 @@ def repair_session(
     """
     book = open_ledger(ledger)
     if apply and not (by and by.strip()):
-        raise UsageError("--apply needs --by NAME (who repairs; it is recorded)")
-    writer = EvidenceWriter(book)
-    contents = read_store(source, session_id=session_id, messages_table=messages_table)
-    if apply and contents.format != "sqlite":
-        raise UsageError(f"{source}: a JSON Lines dump can be planned but not repaired in place")
-    settled = []
-    if contents.format == "sqlite":
-        settled = settle_pending(source, writer, apply=apply)
-        if apply:  # settling may have changed nothing in the store, but read it again
-            contents = read_store(source, session_id=session_id, messages_table=messages_table)
-    plan = plan_repair(contents, load_evidence(book), book.payloads.get)
+        raise el.UsageError("--apply needs --by NAME (who repairs; it is recorded)")
+    repair = book.repair_sessions(source, session_id=session_id,
+                                  messages_table=messages_table, settle=apply)
+    plan, settled = repair.plan, repair.settled
     if not json:  # the plan first: an apply that fails leaves it on screen
         for line in settled:
             _say(line)
@@ -170,11 +157,11 @@ def repair_session(
     result = None
     if apply and plan.insertions and not plan.refusals:
         assert by is not None
-        result = apply_store_repair(plan, writer, by=by, backup=backup)
+        result = repair.apply(by, backup)
     if json:
         output.print_json(_repair_json(plan, settled, apply, result))
     if plan.refusals:
-        raise EvidenceError(
+        raise el.EvidenceError(
             f"refused: {len(plan.refusals)} orphan output(s) lack usable evidence in "
             f"{book.directory}; nothing changed"
         )
@@ -182,9 +169,7 @@ def repair_session(
         _print_outcome(plan, result)
 
 
-def _repair_json(
-    plan: RepairPlan, settled: list[str], apply: bool, result: RepairResult | None
-) -> dict[str, Any]:
+def _repair_json(plan: Any, settled: list[str], apply: bool, result: Any) -> dict[str, Any]:
     """The ``repair-session --json`` document (schemas/repair-plan.schema.json)."""
     return {
         "format_version": 1, **plan.to_json(), "settled": settled,
@@ -197,7 +182,7 @@ def _repair_json(
     }
 
 
-def _print_outcome(plan: RepairPlan, result: RepairResult | None) -> None:
+def _print_outcome(plan: Any, result: Any) -> None:
     count = len(plan.insertions)
     if not count:
         _say(f"no orphan output in {len(plan.sessions)} session(s); nothing to repair")

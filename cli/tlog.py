@@ -1,8 +1,9 @@
 """Transparency-log commands: keys, signed checkpoints, inclusion and consistency proofs.
 
-Thin: parse arguments, call :mod:`ledger`, print. Errors are raised as
-:mod:`evidence_ledger.format.errors` types and turned into one line and an exit code by the handler
-in ``evidence_ledger.cli.main`` (EvidenceError: 1, UsageError: 2). Hashes are printed in standard
+Thin: parse arguments, call the public API (``SigningKey``, ``Ledger.checkpoint``,
+``verify_checkpoint``, ``Ledger.inclusion_proof`` / ``consistency_proof``), print. Errors are
+:class:`evidence_ledger.LedgerError` types, turned into one line and an exit code by the
+handler in :mod:`evidence_ledger.cli.main`. Hashes are printed in standard
 base64; ``--json`` uses the field names of the transparency-dev/merkle test vectors.
 """
 
@@ -14,14 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+import evidence_ledger as el
 from evidence_ledger.cli import output
 from evidence_ledger.cli.options import JsonOpt, LedgerOpt, open_ledger
-from evidence_ledger.record.checkpointing import create_checkpoint
-from evidence_ledger.storage.files import read_input
-from evidence_ledger.storage.keys import keygen, load_signer, refuse_key_inside
-from evidence_ledger.tlog.checkpoint import parse_checkpoint, verify_checkpoint
-from evidence_ledger.tlog.note import Verifier, parse_note
-from evidence_ledger.tlog.proofs import prove_consistency_checked, prove_inclusion_checked
 
 __all__ = ["register"]
 
@@ -67,7 +64,7 @@ def keygen_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Create an Ed25519 checkpoint key; print its verifier key (C2SP signed-note)."""
-    vkey = keygen(origin, out)
+    vkey = el.SigningKey.generate(out, origin).verifier_key
     if as_json:
         output.print_json({"verifier_key": vkey, "key_file": str(out)})
     else:
@@ -86,13 +83,10 @@ def checkpoint_command(
 ) -> None:
     """Sign the current tree head as a C2SP checkpoint, store it, and print it."""
     book = open_ledger(ledger)
-    for path in key:
-        refuse_key_inside(book.directory, path)
-    signers = [load_signer(path) for path in key]
-    stored = create_checkpoint(book, signers)
+    stored = book.checkpoint([el.SigningKey.load(path) for path in key])
     note = stored.data.decode("utf-8")  # UTF-8, ends with a newline
     if as_json:
-        cp = parse_checkpoint(parse_note(stored.data).text)
+        cp = stored.checkpoint
         output.print_json({
             "origin": cp.origin, "tree_size": cp.size, "root_hash": _b64(cp.root),
             "path": str(stored.path), "note": note,
@@ -123,9 +117,7 @@ def verify_checkpoint_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Verify a signed checkpoint against trusted verifier keys."""
-    verifiers = [Verifier.from_vkey(v) for v in verifier_key]
-    data = read_input(file)
-    verified = verify_checkpoint(data, verifiers, origin)
+    verified = el.verify_checkpoint(file, verifier_key, origin)
     cp = verified.checkpoint
     signers = [f"{s.name}+{s.key_id:08x}" for s in verified.note.verified]
     if as_json:
@@ -156,7 +148,7 @@ def inclusion_command(
     The root and leaf hash are recomputed from log.bin and the proof is checked against
     them; a tree/ cache that fails the check is rebuilt from the log (one notice line).
     """
-    proof = prove_inclusion_checked(open_ledger(ledger), seq, tree_size, _notice)
+    proof = open_ledger(ledger).inclusion_proof(seq, tree_size, notice=_notice)
     _print(proof.to_json(), as_json)
 
 
@@ -173,7 +165,7 @@ def consistency_command(
     Both roots are recomputed from log.bin and the proof is checked against them; a
     tree/ cache that fails the check is rebuilt from the log (one notice line).
     """
-    proof = prove_consistency_checked(open_ledger(ledger), from_, to, _notice)
+    proof = open_ledger(ledger).consistency_proof(from_, to, notice=_notice)
     _print(proof.to_json(), as_json)
 
 

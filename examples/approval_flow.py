@@ -37,7 +37,8 @@ from agents.testing import (
     assistant_message,
     function_call,
 )
-from evidence_ledger.record.integrations.openai_agents import Recorder
+
+from evidence_ledger import Recorder
 
 SESSION_ID = "support-4711"
 

@@ -70,7 +70,6 @@ from agents.exceptions import AgentsException
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.version import __version__ as SDK_VERSION
-from evidence_ledger.record.integrations.openai_agents import Recorder
 from openai.types.responses import (
     Response,
     ResponseCompletedEvent,
@@ -78,6 +77,8 @@ from openai.types.responses import (
     ResponseOutputMessage,
     ResponseOutputText,
 )
+
+from evidence_ledger import Recorder
 
 Plan = list[tuple[str, dict[str, Any], str]]  # (tool, arguments, call_id), in order
 Responder = Callable[[Any], list[Any]]

@@ -47,7 +47,8 @@ from agents.testing import (
     assistant_message,
     function_call,
 )
-from evidence_ledger.record.integrations.openai_agents import Recorder
+
+from evidence_ledger import Recorder
 
 
 @function_tool(needs_approval=False)

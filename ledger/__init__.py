@@ -1,0 +1,140 @@
+"""evidence-ledger: a content-addressed, Merkle-chained evidence ledger for AI agent runs.
+
+The public API is this module's ``__all__``; every other module is internal. The code is
+laid out along the data path, one subpackage per stage, each importing only from the
+stages before it (``tests/test_layout.py`` holds the order and checks this line)::
+
+    format -> tlog -> storage -> verify -> record -> index -> bundle -> sessions -> api
+
+``format`` entries, canonical encoding, framing; ``tlog`` Merkle maths, proofs, signed
+notes (both pure); ``storage`` log.bin, payloads, tiles, checkpoints, keys; ``verify`` the
+rules and the audit; ``record`` the writer and the SDK recorder; ``index`` DuckDB, SQL,
+exports; ``bundle`` proof bundles; ``sessions`` session scan and repair; ``api`` this API.
+
+Names are loaded on first use (PEP 562), so ``import evidence_ledger`` loads no optional
+dependency: verifying a bundle or a checkpoint never imports the Agents SDK, DuckDB or
+pyarrow.
+
+Verbs::
+
+    Ledger(directory, create=False)      open a ledger directory; its methods: entries,
+                                         verify, trace, inclusion_proof, consistency_proof,
+                                         update_index, query, export, verify_export,
+                                         ingest, redact, checkpoint, prove, repair_sessions
+    Recorder(directory)                  record OpenAI Agents SDK runs    [agents]
+    SigningKey.generate(path, origin)    a checkpoint key; SigningKey.load(path)
+    verify_bundle(bundle, verifier_keys)            a proof bundle, offline
+    verify_checkpoint(note, verifier_keys)          a signed checkpoint, offline
+    scan_sessions(store)                 a session store, for tool items out of order
+    run_demo(directory)                  the approval-flow demo                 [agents]
+
+Keys are passed one way everywhere: signing keys as :class:`SigningKey`, verifier keys as
+C2SP strings (``name+hex8+base64``). Errors derive from :class:`LedgerError`, whose
+``exit_code`` the CLI exits with: 1 for :class:`EvidenceError` and :class:`StorageError`,
+2 for :class:`UsageError` (and :class:`MissingExtraError`, naming the extra to install).
+Methods marked ``[query]`` need the ``query`` extra (DuckDB, pyarrow).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.2.0"
+
+_PUBLIC = {
+    # verbs
+    "Ledger": "evidence_ledger.api.handle",
+    "Recorder": "evidence_ledger.record.integrations.openai_agents",
+    "SigningKey": "evidence_ledger.api.keys",
+    "verify_bundle": "evidence_ledger.api.offline",
+    "verify_checkpoint": "evidence_ledger.api.offline",
+    "scan_sessions": "evidence_ledger.api.offline",
+    "run_demo": "evidence_ledger.api.demo",
+    # errors
+    "LedgerError": "evidence_ledger.format.errors",
+    "EvidenceError": "evidence_ledger.format.errors",
+    "UsageError": "evidence_ledger.format.errors",
+    "StorageError": "evidence_ledger.format.errors",
+    "MissingExtraError": "evidence_ledger.api.extras",
+    # what the verbs return, for annotations
+    "Report": "evidence_ledger.verify.records",
+    "Finding": "evidence_ledger.verify.findings",
+    "CallChain": "evidence_ledger.verify.chains",
+    "CallState": "evidence_ledger.verify.rules",
+    "StateNode": "evidence_ledger.verify.lineage",
+    "VerifiedBundle": "evidence_ledger.bundle.verify",
+    "VerifiedCheckpoint": "evidence_ledger.tlog.checkpoint",
+    "ScanReport": "evidence_ledger.sessions.report",
+    "SessionRepair": "evidence_ledger.api.handle",
+}
+"""Public name -> the module that defines it."""
+
+_EXTRA = {"Recorder": "agents"}
+"""Public names whose module needs an optional extra."""
+
+__all__ = [
+    "CallChain",
+    "CallState",
+    "EvidenceError",
+    "Finding",
+    "Ledger",
+    "LedgerError",
+    "MissingExtraError",
+    "Recorder",
+    "Report",
+    "ScanReport",
+    "SessionRepair",
+    "SigningKey",
+    "StateNode",
+    "StorageError",
+    "UsageError",
+    "VerifiedBundle",
+    "VerifiedCheckpoint",
+    "__version__",
+    "run_demo",
+    "scan_sessions",
+    "verify_bundle",
+    "verify_checkpoint",
+]
+
+if TYPE_CHECKING:
+    from evidence_ledger.api.demo import run_demo
+    from evidence_ledger.api.extras import MissingExtraError
+    from evidence_ledger.api.handle import Ledger, SessionRepair
+    from evidence_ledger.api.keys import SigningKey
+    from evidence_ledger.api.offline import scan_sessions, verify_bundle, verify_checkpoint
+    from evidence_ledger.bundle.verify import VerifiedBundle
+    from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError, UsageError
+    from evidence_ledger.record.integrations.openai_agents import Recorder
+    from evidence_ledger.sessions.report import ScanReport
+    from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
+    from evidence_ledger.verify.chains import CallChain
+    from evidence_ledger.verify.findings import Finding
+    from evidence_ledger.verify.lineage import StateNode
+    from evidence_ledger.verify.records import Report
+    from evidence_ledger.verify.rules import CallState
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name on first use (PEP 562).
+
+    Raises:
+        AttributeError: for a name that is not public.
+        MissingExtraError: for a name whose optional extra is not installed.
+    """
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evidence_ledger' has no attribute {name!r}")
+    if name in _EXTRA:
+        from evidence_ledger.api.extras import load
+
+        value = getattr(load(module, _EXTRA[name], name), name)
+    else:
+        value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

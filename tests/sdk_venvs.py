@@ -2,12 +2,12 @@
 
 ``sdk_venv("0.22.3")`` returns the ``bin/`` folder of ``<repo>/.cache/sdk-venvs/0.22.3``,
 building it on first use: ``python -m venv``, then ``pip install`` of the project's runtime
-dependencies (read from ``pyproject.toml``) with ``openai-agents==<version>``, then the
-project itself with ``pip install --no-deps -e <repo>``. A ``.installed`` marker listing
-the requirements and the SHA-256 of pyproject.toml, written after a successful install,
-makes later calls return at once; a venv without it (half built) or with other
-requirements is removed and built again, and one whose pyproject.toml changed only gets
-the project reinstalled.
+dependencies and ``query`` extra (read from ``pyproject.toml``) with
+``openai-agents==<version>``, then the project itself with ``pip install --no-deps -e
+<repo>``. A ``.installed`` marker listing the requirements and the SHA-256 of
+pyproject.toml, written after a successful install, makes later calls return at once; a
+venv without it (half built) or with other requirements is removed and built again, and
+one whose pyproject.toml changed only gets the project reinstalled.
 
 Also runnable: ``python tests/sdk_venvs.py 0.20.0 0.22.3`` builds those venvs.
 """
@@ -29,9 +29,10 @@ SDK = "openai-agents"
 
 
 def runtime_requirements(version: str) -> list[str]:
-    """The project's runtime requirements with openai-agents pinned to ``version``."""
+    """The project's runtime requirements, with the ``query`` extra and openai-agents pinned
+    to ``version``."""
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text("utf-8"))["project"]
-    others = [req for req in project["dependencies"] if not req.startswith(SDK)]
+    others = [*project["dependencies"], *project["optional-dependencies"]["query"]]
     return [*others, f"{SDK}=={version}"]
 
 

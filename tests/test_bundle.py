@@ -20,6 +20,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from evidence_ledger.bundle.build import build_bundle, select_entries
 from evidence_ledger.bundle.verify import (
     ENGINE_RULES,
@@ -39,9 +42,6 @@ from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import verify_inclusion
 from evidence_ledger.verify.audit import verify_ledger
 from evidence_ledger.verify.rules import RuleEngine
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.helpers import DATA, ingest, run_cli
 
 ORIGIN = "ledger.example/bundles"

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from evidence_ledger.bundle.build import sign_statement
 from evidence_ledger.bundle.verify import BundleError, VerifiedBundle, verify_bundle
 from evidence_ledger.storage.keys import load_signer
 from evidence_ledger.tlog.note import Signer
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.fuzzing import FUZZ
 from tests.helpers import ingest, run_cli
 

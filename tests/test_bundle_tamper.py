@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
 from evidence_ledger.bundle.build import sign_statement
 from evidence_ledger.bundle.verify import BundleError, verify_bundle
 from evidence_ledger.format.entries import Entry, decode_entry
 from evidence_ledger.storage.keys import load_signer
 from evidence_ledger.tlog.note import Signer, sign_note
-
 from tests.helpers import ingest, run_cli
 
 ORIGIN = "ledger.example/tamper"

@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.record.checkpointing import create_checkpoint
 from evidence_ledger.record.writer import EvidenceWriter
@@ -247,7 +248,7 @@ def test_refuses_to_sign_a_ledger_that_no_longer_extends_its_last_checkpoint(tmp
 
 
 def test_refuses_to_sign_a_damaged_log_even_when_the_tree_cache_is_intact(tmp_path, signer):
-    from evidence_ledger.tlog.proofs import prove_inclusion
+    from evidence_ledger.storage.log_proofs import prove_inclusion
 
     book = _append(tmp_path / "l", 20)
     prove_inclusion(Ledger(book), 3)  # the derived tree/ cache now covers all 20 entries

@@ -4,9 +4,9 @@ import json
 import types
 
 import pytest
+
 from evidence_ledger.cli import main as cli_main
 from evidence_ledger.storage.ledger_dir import Ledger
-
 from tests.helpers import DATA, ingest, run_cli
 
 VALID = DATA / "rules" / "valid.jsonl"

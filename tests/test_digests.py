@@ -4,6 +4,7 @@ import hashlib
 
 import pytest
 import rfc8785
+
 from evidence_ledger.format import digests
 
 

@@ -2,10 +2,11 @@
 
 import msgpack
 import pytest
-from evidence_ledger.format import encoding
-from evidence_ledger.format.errors import EncodingError
 from hypothesis import given
 from hypothesis import strategies as st
+
+from evidence_ledger.format import encoding
+from evidence_ledger.format.errors import EncodingError
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text() | st.binary(),
@@ -59,6 +60,19 @@ def _nested(depth):
 def test_encode_refuses(value):
     with pytest.raises(EncodingError):
         encoding.encode(value)
+
+
+@pytest.mark.parametrize("depth", [encoding.MAX_DEPTH + 1, 40, 500])
+def test_decode_refuses_what_encode_refuses_for_depth(depth):
+    # deeper than MAX_DEPTH but within msgpack's own limit: decoded, then not re-encodable
+    data = b"\x91" * depth + b"\xc0"
+    with pytest.raises(EncodingError, match=f"nesting deeper than {encoding.MAX_DEPTH} levels"):
+        encoding.decode(data)
+
+
+def test_decode_takes_the_deepest_value_encode_makes():
+    value = _nested(encoding.MAX_DEPTH - 1)
+    assert encoding.decode(encoding.encode(value)) == value
 
 
 def test_deep_nesting_refused_without_crash():

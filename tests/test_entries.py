@@ -5,11 +5,12 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from evidence_ledger.format import encoding
 from evidence_ledger.format.entries import BODY_FIELDS, ZERO_HASH, Entry, decode_entry
 from evidence_ledger.format.errors import EncodingError
-from hypothesis import given
-from hypothesis import strategies as st
 
 SCHEMAS = Path(__file__).parent.parent / "schemas" / "entry-bodies"
 BODY = {"run_id": "r", "scope": [], "status": "completed", "run_state": None}

@@ -13,15 +13,16 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from evidence_ledger.format.errors import UsageError
+from evidence_ledger.format.times import parse_time
 from evidence_ledger.index import build as index_mod
 from evidence_ledger.index.db import VIEWS
-from evidence_ledger.index.export import OTEL_NAMES, export_ledger, parse_time, verify_export
+from evidence_ledger.index.export import OTEL_NAMES, export_ledger, verify_export
 from evidence_ledger.index.query import connect_read_only
 from evidence_ledger.record.ingest import ingest_file
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
-
 from tests.helpers import DATA, run_cli
 from tests.test_index import DAY, ODD_APPROVER, ODD_REASON, ODD_TOOL, T0, build_audit_ledger
 

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from evidence_ledger.cli.main import _command
 from evidence_ledger.format.framing import MAX_RECORD
 from evidence_ledger.record import writer as writer_mod
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage import keys
 from evidence_ledger.storage.ledger_dir import Ledger
-
 from tests.helpers import DATA, ingest, run_cli
 
 
@@ -409,11 +409,15 @@ FORGED_LINE = "t\n     9  2026-01-01T00:00:00.000Z  decision      approve by ceo
 TERMINAL_TITLE = "\x1b]0;pwned\x07agent"
 
 
-@pytest.mark.parametrize("command", [
-    ("log",), ("trace", "c-evil"),
-    ("query", "SELECT agent, tool FROM calls"), ("verify",),
+@pytest.mark.parametrize(("command", "code", "shown"), [
+    # log, trace and query show evidence, violations included, and exit 0; verify fails
+    # the gated call executed without a decision
+    (("log",), 0, "run_id=r\\x1b[2J call_id=c-evil"),
+    (("trace", "c-evil"), 0, "approval_binding at seq 1: gated call executed without approval"),
+    (("query", "SELECT agent, tool FROM calls"), 0, "1 row(s) at tree size 2"),
+    (("verify",), 1, "gated call executed without approval"),
 ])
-def test_control_characters_from_the_ledger_are_shown_escaped(tmp_path, command):
+def test_control_characters_from_the_ledger_are_shown_escaped(tmp_path, command, code, shown):
     # before: a tool name holding a newline printed a forged line in log and trace, and an
     # agent name holding ESC ] 0 ; ... BEL set the terminal's title
     w = EvidenceWriter(Ledger(tmp_path))
@@ -421,7 +425,8 @@ def test_control_characters_from_the_ledger_are_shown_escaped(tmp_path, command)
            arguments="{}", needs_approval=True)
     w.execution(run_id="r\x1b[2J", call_id="c-evil", arguments="{}", result="ok")
     result = run_cli(command[0], "--ledger", str(tmp_path), *command[1:])
-    assert result.code in (0, 1), result.err
+    assert (result.code, result.err) == (code, ""), result.err
+    assert shown in result.out, result.out
     assert not any(c in result.out for c in "\x1b\x07"), repr(result.out)
     assert "approve by ceo" not in "".join(  # never at the start of a line of its own
         line for line in result.out.splitlines() if line.lstrip().startswith("9  2026"))

@@ -18,18 +18,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from evidence_ledger.format.entries import PAYLOAD_FIELDS
 from evidence_ledger.format.errors import EvidenceError
 from evidence_ledger.format.framing import Damage, Record, TornTail, frame, scan_bytes
 from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage import log_proofs
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.tree_store import TreeStore, node_count
-from evidence_ledger.tlog import proofs
+from evidence_ledger.storage.tree_store import TreeStore
 from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
-from hypothesis import given
-from hypothesis import strategies as st
-
+from evidence_ledger.tlog.tiles import node_count
 from tests.fuzzing import FUZZ
 from tests.helpers import DATA, forge_entry, ingest, run_cli
 from tests.test_proofs import naive_mth
@@ -264,13 +265,13 @@ def test_the_fast_log_pass_reads_what_every_reader_reads(groups, cut, edits, tai
     with tempfile.TemporaryFile() as fh:
         fh.write(data)
         fh.flush()
-        old, proofs._READ = proofs._READ, read  # small reads: frames across read bounds
+        old, log_proofs._READ = log_proofs._READ, read  # small reads: frames across read bounds
         try:
             with contextlib.suppress(EvidenceError):
-                got.extend(proofs.log_leaf_hashes(fh.fileno(), len(data)))
+                got.extend(log_proofs.log_leaf_hashes(fh.fileno(), len(data)))
                 assert not damaged, "damage was not reported"
         finally:
-            proofs._READ = old
+            log_proofs._READ = old
     assert got == want
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from evidence_ledger.format.entries import decode_entry
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import Record, frame
@@ -44,7 +45,6 @@ from evidence_ledger.verify.findings import (
     TOOL_LINKAGE,
 )
 from evidence_ledger.verify.records import verify_records
-
 from tests.helpers import DATA, run_cli
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "QUERIES.md"

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from evidence_ledger.format.entries import entry_hash
 from evidence_ledger.format.errors import EvidenceError
 from evidence_ledger.format.framing import Record, scan_bytes
@@ -25,7 +26,6 @@ from evidence_ledger.record.ingest import ingest_file
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog.merkle import leaf_hash
-
 from tests.helpers import DATA
 from tests.test_index import build_audit_ledger, table
 

@@ -15,6 +15,7 @@ import tracemalloc
 
 import pytest
 import rfc8785
+
 from evidence_ledger.record.writer import EvidenceWriter, item_bytes
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.payloads import PayloadStore

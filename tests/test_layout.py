@@ -74,6 +74,12 @@ def _package_modules() -> list[tuple[Path, str]]:
             for p in sorted((ROOT / "ledger").rglob("*.py"))]
 
 
+def test_the_package_docstring_draws_the_stages_in_order():
+    import evidence_ledger
+
+    assert f"    {' -> '.join(STAGES)}\n" in (evidence_ledger.__doc__ or "")
+
+
 def test_every_module_is_in_one_stage():
     loose = [name for path, name in _package_modules()
              if name != PACKAGE and name.split(".")[1] not in STAGES]

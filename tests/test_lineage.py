@@ -9,12 +9,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 from evidence_ledger.format import schemas
 from evidence_ledger.format.entries import Entry
 from evidence_ledger.record.writer import EvidenceWriter, Interruption
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.lineage import StateNode, ancestry, run_state_forest
-
 from tests.helpers import DATA, run_cli
 
 VALID = DATA / "lineage" / "valid.jsonl"

@@ -30,6 +30,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from evidence_ledger.storage.ledger_dir import Ledger
 
 from .helpers import run_cli

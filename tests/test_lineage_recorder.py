@@ -22,6 +22,7 @@ import pytest
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from agents import Agent, RunState
+
 from evidence_ledger.format import digests
 from evidence_ledger.format.entries import Entry
 from evidence_ledger.record.integrations.openai_agents import Recorder

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.serialization import load_der_public_key
+
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.tlog.checkpoint import parse_checkpoint
 from evidence_ledger.tlog.note import (

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from evidence_ledger.storage.tree_store import TiledTree
 from evidence_ledger.tlog.checkpoint import parse_checkpoint
 from evidence_ledger.tlog.merkle import leaf_hash, node_hash

@@ -14,24 +14,20 @@ import os
 import shutil
 from pathlib import Path
 
-import evidence_ledger.storage.tree_store as tree_store_module
 import pytest
-from evidence_ledger.format.errors import EvidenceError, UsageError
-from evidence_ledger.record.writer import EvidenceWriter
-from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.tree_store import TileBuilder, TiledTree, TreeStore, tile_path
-from evidence_ledger.tlog.merkle import leaf_hash
-from evidence_ledger.tlog.proof_verify import ProofError, verify_consistency, verify_inclusion
-from evidence_ledger.tlog.proofs import (
-    consistency_proof,
-    inclusion_proof,
-    prove_consistency,
-    prove_inclusion,
-    tree_root,
-)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import evidence_ledger.storage.tree_store as tree_store_module
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.log_proofs import prove_consistency, prove_inclusion
+from evidence_ledger.storage.tree_store import TiledTree, TreeStore
+from evidence_ledger.tlog.merkle import leaf_hash
+from evidence_ledger.tlog.proof_verify import ProofError, verify_consistency, verify_inclusion
+from evidence_ledger.tlog.proofs import consistency_proof, inclusion_proof, tree_root
+from evidence_ledger.tlog.tiles import TileBuilder, tile_path
 from tests.helpers import forge_entry
 
 KAT = json.loads((Path(__file__).parent / "vectors" / "kat-extracted.json").read_text())

@@ -7,13 +7,15 @@ import pytest
 
 STORAGE = ("evidence_ledger.storage.log_store", "evidence_ledger.storage.ledger_dir",
            "evidence_ledger.storage.payloads", "evidence_ledger.storage.tree_store",
+           "evidence_ledger.storage.tree_state", "evidence_ledger.storage.log_proofs",
            "evidence_ledger.storage.checkpoint_store", "evidence_ledger.index.build", "duckdb",
            "agents")
 
 
 @pytest.mark.parametrize(
     "module", ["evidence_ledger.verify.records", "evidence_ledger.verify.rules",
-               "evidence_ledger.tlog.proof_verify",
+               "evidence_ledger.tlog.proof_verify", "evidence_ledger.tlog.proofs",
+               "evidence_ledger.tlog.tiles",
                "evidence_ledger.bundle.verify", "evidence_ledger.tlog.checkpoint",
                "evidence_ledger.tlog.note", "evidence_ledger.sessions.scan"],
 )

@@ -7,11 +7,11 @@ import io
 import json
 
 import pytest
+from rich.console import Console
+
 from evidence_ledger.cli import output
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
-from rich.console import Console
-
 from tests.helpers import DATA, run_cli
 from tests.test_index import ODD_APPROVER, build_audit_ledger
 

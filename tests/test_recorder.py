@@ -32,6 +32,7 @@ from agents import (
 from agents.exceptions import ToolOutputGuardrailTripwireTriggered
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.version import __version__ as SDK_VERSION
+
 from evidence_ledger.format.entries import Entry
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.hooks import IGNORED_HANDOFF

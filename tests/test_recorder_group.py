@@ -30,6 +30,7 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from agents import Agent, RunState, SQLiteSession, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
 from evidence_ledger.format.errors import StorageError, UsageError
 from evidence_ledger.record.integrations import group_commit, openai_agents
 from evidence_ledger.record.integrations.openai_agents import Recorder

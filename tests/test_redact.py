@@ -3,7 +3,6 @@
 import json
 
 from evidence_ledger.storage.ledger_dir import Ledger
-
 from tests.helpers import ingest, run_cli
 
 

@@ -1,13 +1,13 @@
 """Crashes, injected I/O faults, concurrent writers and tampering (issue 8)."""
 
 import pytest
-from evidence_ledger.format.framing import Record, frame, scan_bytes
-from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.verify.records import verify_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.reliability import concurrency_trial, fault_trial, kill_trial
+from evidence_ledger.format.framing import Record, frame, scan_bytes
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.records import verify_records
 from tests.helpers import ingest
 
 

@@ -4,8 +4,8 @@ import json
 
 import jsonschema
 import pytest
-from evidence_ledger.format import schemas
 
+from evidence_ledger.format import schemas
 from tests.helpers import DATA, ingest, run_cli
 
 RULE_FILES = sorted(p.stem for p in (DATA / "rules").glob("*.jsonl") if p.stem != "valid")

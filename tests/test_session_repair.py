@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from agents import SQLiteSession
 from agents.memory import SessionSettings
+
 from evidence_ledger.format import schemas
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.record.writer import EvidenceWriter, item_bytes
@@ -29,7 +30,7 @@ from evidence_ledger.sessions.plan import plan_repair
 from evidence_ledger.sessions.report import scan_store
 from evidence_ledger.sessions.stores import read_store
 from evidence_ledger.storage.ledger_dir import Ledger
-
+from evidence_ledger.storage.log_store import FileLogStore
 from tests.helpers import run_cli
 from tests.test_sessions import POISONED, call, out, reply, user, write_dump, write_sdk_store
 
@@ -458,8 +459,28 @@ def test_unreadable_marker_is_a_notice(tmp_path: Path):
         "session repair marker repairs/x.json is unreadable"]
 
 
-def test_no_marker_no_notice_and_no_log_read(tmp_path: Path):
+def test_no_marker_no_notice_and_no_log_read(tmp_path: Path, monkeypatch):
+    """verify asks on every run: with no marker the log is never opened; with one, once."""
+    ledger = tmp_path / "ledger"
+    record_run(ledger)
+    opened: list[Path] = []
+    open_fd = FileLogStore.open_fd
+
+    def counted(store: FileLogStore) -> int:  # every reader of log.bin opens it here
+        opened.append(store.path)
+        return open_fd(store)
+
+    monkeypatch.setattr(FileLogStore, "open_fd", counted)
     assert pending_repair_notices(tmp_path / "nothing-here") == []
+    assert pending_repair_notices(ledger) == []  # no repairs/ folder
+    (ledger / "repairs").mkdir()
+    (ledger / "repairs" / "notes.txt").write_text("not a marker")
+    assert pending_repair_notices(ledger) == []  # a folder without a marker
+    assert opened == []
+    (ledger / "repairs" / "x.json").write_text("{")
+    assert pending_repair_notices(ledger) == [
+        "session repair marker repairs/x.json is unreadable"]
+    assert opened == [Ledger(ledger).store.path]
 
 
 # -- any SDK Session object (whole-history rewrite) -------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from agents import SQLiteSession
+
 from evidence_ledger.format import schemas
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.sessions.report import scan_store
@@ -23,7 +24,6 @@ from evidence_ledger.sessions.scan import (
     scan_items,
 )
 from evidence_ledger.sessions.stores import read_store
-
 from tests.helpers import run_cli
 
 

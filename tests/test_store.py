@@ -3,6 +3,7 @@
 import os
 
 import pytest
+
 from evidence_ledger.format import framing
 from evidence_ledger.format.errors import EvidenceError
 from evidence_ledger.format.framing import TornTail
@@ -10,7 +11,6 @@ from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.log_store import LOG_NAME
 from evidence_ledger.verify.audit import verify_ledger
-
 from tests.helpers import ingest, run_cli
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.keys import load_signer
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -23,7 +24,6 @@ from evidence_ledger.tlog.checkpoint import Checkpoint
 from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.note import sign_note
 from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
-
 from tests.helpers import DATA, run_cli
 
 ORIGIN = "ledger.example/cli"

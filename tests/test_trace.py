@@ -8,6 +8,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+
 from evidence_ledger.format.entries import entry_json
 from evidence_ledger.format.framing import Record
 from evidence_ledger.index import build as index_mod
@@ -18,7 +19,6 @@ from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.audit import verify_ledger
 from evidence_ledger.verify.lineage import run_state_forest
-
 from tests.helpers import forge_entry, run_cli
 from tests.test_index import build_audit_ledger
 

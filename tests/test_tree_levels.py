@@ -13,30 +13,23 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 import evidence_ledger.storage.tree_store as tree_store_module
 import evidence_ledger.tlog.proofs as proofs_module
-import pytest
 from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
+from evidence_ledger.format.framing import Frame
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.tree_store import (
-    TileBuilder,
-    TiledTree,
-    TreeStore,
-    node_count,
-    node_position,
-    tile_path,
-)
-from evidence_ledger.tlog.merkle import node_hash
-from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
-from evidence_ledger.tlog.proofs import (
-    Prover,
-    consistency_proof,
-    inclusion_proof,
+from evidence_ledger.storage.log_proofs import (
     prove_consistency,
     prove_inclusion,
     prove_inclusions,
 )
-
+from evidence_ledger.storage.tree_store import TiledTree, TreeStore
+from evidence_ledger.tlog.merkle import node_hash
+from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
+from evidence_ledger.tlog.proofs import Prover, consistency_proof, inclusion_proof
+from evidence_ledger.tlog.tiles import TileBuilder, node_count, node_position, tile_path
 from tests.test_proofs import (
     LEAVES,
     _h,
@@ -381,13 +374,13 @@ def test_log_leaves_read_every_entry_in_o1(tmp_path, monkeypatch):
     store = TreeStore(book)
     store.update()
     walked: list[int] = []
-    real = tree_store_module._read_frame
+    real = tree_store_module.read_frame
 
-    def counting(fd: int, offset: int, skip: int) -> bytes | None:
+    def counting(fd: int, offset: int, skip: int = 0) -> Frame | None:
         walked.append(skip)
         return real(fd, offset, skip)
 
-    monkeypatch.setattr(tree_store_module, "_read_frame", counting)
+    monkeypatch.setattr(tree_store_module, "read_frame", counting)
     assert list(store.log_leaves(range(300))) == _log_leaves(book)
     assert set(walked) == {0}  # every entry found from its own offset
     assert store.entry_offset(299)[1] == 299

@@ -1,3 +1,3 @@
-"""Stage 9, the top: the public API's own code (the ledger handle, keys, lazy loading of the
+"""The top: the public API's own code (the ledger handle, keys, lazy loading of the
 optional extras). :mod:`evidence_ledger` re-exports it; nothing below imports it.
 """

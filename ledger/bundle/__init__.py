@@ -1,3 +1,3 @@
-"""Stage 7, a consumer: signed, offline-verifiable proof bundles; building one from a ledger
+"""A consumer: signed, offline-verifiable proof bundles; building one from a ledger
 and verifying one with nothing but the bundle and keys.
 """

@@ -39,6 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import Key, SecretsHandler, Signature
+from securesystemslib.signer import Signer as DsseSigner
+
 from evidence_ledger.bundle.verify import (
     ABSENCE_SIGNED,
     ABSENCE_WHOLE_LOG,
@@ -71,9 +75,6 @@ from evidence_ledger.tlog.proofs import inclusion_proof
 from evidence_ledger.verify.audit import verify_ledger
 from evidence_ledger.verify.findings import INTEGRITY
 from evidence_ledger.verify.records import Report
-from securesystemslib.dsse import Envelope
-from securesystemslib.signer import Key, SecretsHandler, Signature
-from securesystemslib.signer import Signer as DsseSigner
 
 __all__ = ["Bundle", "build_bundle", "select_entries", "sign_statement", "write_bundle"]
 

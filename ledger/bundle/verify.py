@@ -79,6 +79,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from securesystemslib import exceptions as sslib_exceptions
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import Key, Signature, SSlibKey
+
 from evidence_ledger.format.entries import (
     PAYLOAD_FIELDS,
     ZERO_HASH,
@@ -99,9 +103,6 @@ from evidence_ledger.verify.findings import (
     Finding,
 )
 from evidence_ledger.verify.rules import CallState, RuleEngine
-from securesystemslib import exceptions as sslib_exceptions
-from securesystemslib.dsse import Envelope
-from securesystemslib.signer import Key, Signature, SSlibKey
 
 __all__ = [
     "ABSENCE_SIGNED",
@@ -542,6 +543,12 @@ class VerifiedBundle:
     def ok(self) -> bool:
         """True when the verdict carries no violation."""
         return not self.verdict
+
+    @property
+    def whole_log(self) -> bool:
+        """True when the bundle holds the whole log (root recomputed from every leaf; no
+        inclusion paths)."""
+        return self.proof_form == PROOF_WHOLE_LOG
 
     def entry(self, seq: int) -> BundleEntry | None:
         """The bundled entry ``seq``, or None (binary search: entries are in seq order)."""

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgpack
+
 from evidence_ledger.format.errors import EncodingError
 
 MAX_DEPTH = 32
@@ -131,6 +132,18 @@ def _sorted_pairs(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def _too_deep(value: Any, depth: int) -> bool:
+    """True if a map or array of ``value`` lies at depth :data:`MAX_DEPTH` or deeper (the
+    top level is depth 0), which :func:`encode` refuses."""
+    kind = type(value)
+    if kind is not dict and kind is not list:
+        return False
+    if depth >= MAX_DEPTH:
+        return True
+    children = value.values() if kind is dict else value
+    return any(_too_deep(child, depth + 1) for child in children)
+
+
 def _has_float(value: Any) -> bool:
     if type(value) is float:
         return True
@@ -149,16 +162,16 @@ def decode(data: bytes, *, schema_checked: bool = False) -> Any:
 
     Raises:
         EncodingError: if the bytes are not one complete MessagePack value, hold a float
-            or extension type, invalid UTF-8, nesting deeper than msgpack's own limit, or
-            are not the canonical encoding of the value they hold. (Entry bodies are
+            or extension type, invalid UTF-8, nesting deeper than :data:`MAX_DEPTH` (as
+            :func:`encode` refuses; with ``schema_checked`` the layout bounds it), or are
+            not the canonical encoding of the value they hold. (Entry bodies are
             further held to their typed fields by
             :func:`evidence_ledger.format.entries.check_body`.)
 
     Args:
         schema_checked: the caller checks every value's type and every map's key order
             itself against a known layout (as :func:`evidence_ledger.format.entries.decode_entry`
-            does),
-            so the per-map order check and the walk that looks for floats are skipped.
+            does), so the per-map order check and the walk that looks for floats are skipped.
     """
     try:
         value = msgpack.unpackb(
@@ -175,6 +188,8 @@ def decode(data: bytes, *, schema_checked: bool = False) -> Any:
         raise EncodingError(
             f"not a MessagePack value: {str(exc) or type(exc).__name__}"
         ) from exc
+    if not schema_checked and _too_deep(value, 0):
+        raise EncodingError(f"nesting deeper than {MAX_DEPTH} levels")
     if not schema_checked and (b"\xca" in data or b"\xcb" in data) and _has_float(value):
         raise EncodingError("floats are not allowed in entries")
     try:

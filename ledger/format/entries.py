@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import msgpack
+
 from evidence_ledger.format import encoding
 from evidence_ledger.format.errors import EncodingError
 
@@ -254,7 +255,9 @@ def check_body(kind: str, body: dict[str, Any]) -> None:
     if keys is None:
         raise EncodingError(f"unknown kind {kind!r}")
     if body.keys() != keys:
-        raise EncodingError(f"{kind} body fields {sorted(body)} != {sorted(keys)}")
+        raise EncodingError(
+            f"{kind} body fields {sorted(body, key=repr)} != {sorted(keys)}"
+        )
     for name, check in _BODY_CHECKS[kind]:
         if not check(body[name]):
             raise EncodingError(f"{kind} body field {name!r} has a bad value")

@@ -1,3 +1,3 @@
-"""Stage 6, a consumer: the DuckDB index of a ledger (never authoritative), read-only SQL,
+"""A consumer: the DuckDB index of a ledger (never authoritative), read-only SQL,
 compliance exports and ``trace``.
 """

@@ -8,19 +8,16 @@ size before each query: only records past the indexed tree size are read.
 
 Pure core, in two stages. Stage one, :func:`evidence_ledger.index.check.check_batch`, takes each
 record on its own: its CRC-32, :func:`evidence_ledger.format.entries.decode_entry`, its entry and
-leaf
-hashes, and its row of the chunk tables. Stage two, :class:`Deriver`, runs the checked
-records in order: ``seq`` and ``prev`` links, the RFC 9162 tree
-(:mod:`evidence_ledger.tlog.merkle`),
-and the verifier's own :class:`evidence_ledger.verify.rules.RuleEngine`; ``call_chains`` rows are
+leaf hashes, and its row of the chunk tables. Stage two, :class:`Deriver`, runs the checked records
+in order: ``seq`` and ``prev`` links, the RFC 9162 tree (:mod:`evidence_ledger.tlog.merkle`), and
+the verifier's own :class:`evidence_ledger.verify.rules.RuleEngine`; ``call_chains`` rows are
 :func:`evidence_ledger.verify.chains.call_chains` of the engine's call states and ``violations``
-rows are
-its findings, so the index reads the same facts as ``verify``. The other views are made
-in bulk: each chunk's tables, with the ``seq`` of the call the rules attribute each entry
-to, go through one ``INSERT ... SELECT`` per view (:class:`evidence_ledger.index.db.Chunk`). A
-record that fails its CRC-32, canonical decoding, ``seq`` or ``prev`` link stops the
-index (:class:`EvidenceError`); ``verify`` names every break, checks payloads and refs,
-and stays the verdict.
+rows are its findings, so the index reads the same facts as ``verify``. The other views are made in
+bulk: each chunk's tables, with the ``seq`` of the call the rules attribute each entry to, go
+through one ``INSERT ... SELECT`` per view (:class:`evidence_ledger.index.db.Chunk`). A record that
+fails its CRC-32, canonical decoding, ``seq`` or ``prev`` link stops the index
+(:class:`EvidenceError`); ``verify`` names every break, checks payloads and refs, and stays the
+verdict.
 
 I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries checked ahead in
 a worker process (:class:`evidence_ledger.index.worker.BatchChecker`), derived here, and inserted
@@ -30,8 +27,7 @@ update killed midway is rebuilt, not resumed), :func:`derive` (the same rows in 
 in-memory database), :func:`is_current`. Queries: :mod:`evidence_ledger.index.query`. Tables
 and columns: :data:`evidence_ledger.index.db.VIEWS` and docs/QUERIES.md; ``log_blocks`` (where
 every :data:`BLOCK`-th record starts in the log) lets :mod:`evidence_ledger.index.trace` read a
-call's
-records without scanning the log.
+call's records without scanning the log.
 """
 
 from __future__ import annotations
@@ -56,6 +52,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+
 from evidence_ledger.format.entries import ZERO_HASH, Entry, decode_checked, entry_hash
 from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
 from evidence_ledger.format.framing import Damage, Record, TornTail

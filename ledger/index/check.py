@@ -6,8 +6,7 @@ What the index needs of each record that does not depend on the records before i
 (canonical MessagePack, a typed body), takes its entry hash and its RFC 9162 §2.1.1 leaf
 hash, and makes its row of the chunk tables (:data:`evidence_ledger.index.db.CHECKED_SCHEMAS`:
 every column but ``call_seq``). Stage two, :class:`evidence_ledger.index.build.Deriver`, then runs
-the
-batch in order: ``seq`` and ``prev`` links, the tree, the rules, and ``call_seq``.
+the batch in order: ``seq`` and ``prev`` links, the tree, the rules, and ``call_seq``.
 
 A batch needs nothing from the other batches, so a big update checks the next batch in a
 process of its own (:mod:`evidence_ledger.index.worker`) while stage two runs on this one; a small
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+
 from evidence_ledger.format.entries import decode_entry, entry_hash
 from evidence_ledger.format.errors import EncodingError
 from evidence_ledger.format.framing import Record

@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from evidence_ledger.format import entries
 
 __all__ = [

@@ -32,7 +32,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,12 +43,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
+
 from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
 from evidence_ledger.index.build import Progress, derive, update_index
 from evidence_ledger.index.db import MAX_TIME_NS, VIEWS, View
 from evidence_ledger.index.query import connect_read_only, raise_if_damaged, rebuilt_if_damaged
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.tlog.proofs import log_root
+from evidence_ledger.storage.log_proofs import log_root
 
 __all__ = [
     "FORMATS",
@@ -57,7 +57,6 @@ __all__ = [
     "OTEL_NAMES",
     "ExportCheck",
     "export_ledger",
-    "parse_time",
     "verify_export",
 ]
 
@@ -72,37 +71,6 @@ OTEL_NAMES = {
 }
 """Column -> OpenTelemetry GenAI attribute name (used as the key in JSON Lines)."""
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def parse_time(text: str) -> int:
-    """Nanoseconds since the epoch (UTC) of ``text``: an integer (ns) or ISO 8601.
-
-    An ISO 8601 time without an offset is taken as UTC; a date alone is its midnight.
-
-    Raises:
-        UsageError: if ``text`` is neither, or lies before the epoch or past the last
-            nanosecond a signed 64-bit integer holds (2262-04-11, the time columns' range).
-    """
-    text = text.strip()
-    if re.fullmatch(r"[0-9]+", text):
-        return _in_range(int(text), text)
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise UsageError(f"time {text!r} is neither ISO 8601 nor integer ns") from exc
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    ns = (when - _EPOCH) // dt.timedelta(microseconds=1) * 1000
-    if ns < 0:
-        raise UsageError(f"time {text!r} lies before 1970-01-01")
-    return _in_range(ns, text)
-
-
-def _in_range(ns: int, text: str) -> int:
-    if ns >= 2**63:
-        raise UsageError(f"time {text!r} lies past 2262-04-11 (beyond 64-bit nanoseconds)")
-    return ns
 
 
 def _select(table: pa.Table, view: View, since: int | None, until: int | None) -> pa.Table:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
+
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.index.build import (
     Progress,

@@ -1,16 +1,14 @@
 """One call's evidence, found through the index: what ``trace`` prints.
 
 The index (:mod:`evidence_ledger.index.build`, brought up to date first) names the entries of the
-runs
-that hold the call, the rules the call broke (its ``violations`` rows: the verifier's own
-findings) and where those entries lie in the log (``log_blocks``). The entries are then
-read from the log itself, a block at a time (at most :data:`evidence_ledger.index.build.BLOCK`
-records
-to reach one), and each is held to its CRC-32, its canonical decoding, its ``seq``, the
-entry hash the index holds, and its run and call. A record that differs means the index
-does not match the log (a damaged index: the default one is rebuilt). The rest of the log
-is not read, and the rows not read back are trusted as the index is: payloads,
-checkpoints and the records indexed before are ``verify``'s job.
+runs that hold the call, the rules the call broke (its ``violations`` rows: the verifier's own
+findings) and where those entries lie in the log (``log_blocks``). The entries are then read from
+the log itself, a block at a time (at most :data:`evidence_ledger.index.build.BLOCK` records to
+reach one), and each is held to its CRC-32, its canonical decoding, its ``seq``, the entry hash the
+index holds, and its run and call. A record that differs means the index does not match the log (a
+damaged index: the default one is rebuilt). The rest of the log is not read, and the rows not read
+back are trusted as the index is: payloads, checkpoints and the records indexed before are
+``verify``'s job.
 """
 
 from __future__ import annotations
@@ -21,10 +19,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import duckdb
-from evidence_ledger.format.entries import Entry
+
+from evidence_ledger.format.entries import Entry, entry_json
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import Damage, Record
 from evidence_ledger.index.build import Progress
@@ -56,6 +55,10 @@ class CallTrace:
     violations: list[Finding]
     lineage: dict[str, list[StateNode]]
     tree_size: int
+
+    def timeline(self) -> list[dict[str, Any]]:
+        """The entries as JSON objects, in seq order (as ``Ledger.entries`` gives them)."""
+        return [entry_json(entry, hash_) for entry, hash_ in self.entries]
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,7 @@ batch is checked in line; the later ones go to a worker process started with
 ``python -m evidence_ledger.index.worker``, which checks one batch while this process runs stage
 two (:class:`evidence_ledger.index.build.Deriver`) on the one before: the two stages then use both
 cores. The worker reads pickled batches (lists of :class:`~evidence_ledger.format.framing.Record`)
-on
-stdin and writes one pickled :class:`~evidence_ledger.index.check.CheckedBatch` per batch on
+on stdin and writes one pickled :class:`~evidence_ledger.index.check.CheckedBatch` per batch on
 stdout (after ``ELW1`` and its length, 8 bytes big-endian), until stdin ends; it serves only the
 process that started it.
 

@@ -37,11 +37,10 @@ def create_checkpoint(
         signers: one or more keys; one signature line each, in order.
         head: a verifier :class:`~evidence_ledger.verify.records.Report` of this ledger's log,
         taken just
-            before (as :func:`evidence_ledger.verify.audit.verify_ledger` gives it, holding the
-            root at
-            the latest stored checkpoint's size): its tree head is signed, saving a
-            second pass over the log. None (or a report without that root): the head is
-            computed from the log here.
+            before (as :func:`evidence_ledger.verify.audit.verify_ledger` gives it, holding the root
+            at the latest stored checkpoint's size): its tree head is signed, saving a second pass
+            over the log. None (or a report without that root): the head is computed from the log
+            here.
 
     Returns:
         The stored checkpoint; ``data`` is the signed note exactly as stored.

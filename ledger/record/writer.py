@@ -315,8 +315,7 @@ class EvidenceWriter:
 
         ``arguments`` is the raw arguments string; it is stored as a payload and
         digested (see :func:`evidence_ledger.format.digests.arguments_digest`). ``needs_approval``
-        is
-        None when a callable policy decides per call (see :meth:`tool_policy`).
+        is None when a callable policy decides per call (see :meth:`tool_policy`).
         """
         args = digests.arguments_digest(arguments)
         body = {

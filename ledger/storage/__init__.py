@@ -1,3 +1,3 @@
-"""Stage 3: a ledger directory on disk. The framed log, payloads, the derived tree tiles,
+"""Storage: a ledger directory on disk. The framed log, payloads, the derived tree tiles,
 the checkpoint store, signing keys, locks, fsync and torn-tail recovery.
 """

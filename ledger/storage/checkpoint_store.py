@@ -29,7 +29,8 @@ from evidence_ledger.storage.fsutil import (
     read_regular,
 )
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.tlog.note import MAX_NOTE_BYTES
+from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint
+from evidence_ledger.tlog.note import MAX_NOTE_BYTES, parse_note
 
 __all__ = ["CHECKPOINT_DIR", "CheckpointStore", "StoredCheckpoint"]
 
@@ -51,6 +52,15 @@ class StoredCheckpoint:
     number: int
     path: Path
     data: bytes
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The checkpoint the note carries (its signatures are not checked here).
+
+        Raises:
+            EvidenceError: if the file is not a well-formed checkpoint note.
+        """
+        return parse_checkpoint(parse_note(self.data).text)
 
 
 class CheckpointStore:
@@ -95,9 +105,8 @@ class CheckpointStore:
         """Read one checkpoint file.
 
         Only a regular file of at most :data:`~evidence_ledger.tlog.note.MAX_NOTE_BYTES` bytes is
-        read
-        (never through a symlink; a FIFO or device is refused unread, so reading never
-        blocks or runs on for ever).
+        read (never through a symlink; a FIFO or device is refused unread, so reading never blocks
+        or runs on for ever).
 
         Raises:
             EvidenceError: if it cannot be read, is not a regular file, or is too large.

@@ -14,8 +14,7 @@ it, as every payload gone without a ``redaction`` entry, as ``payload_missing``.
 
 Readers open only regular files here, never through a symlink and never blocking (see
 :func:`evidence_ledger.storage.fsutil.open_regular`): a FIFO or a link to ``/dev/zero`` in place of
-a
-payload is never read.
+a payload is never read.
 """
 
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """The derived hash store: the ledger's RFC 9162 Merkle tree, as tiles and a node file.
 
+This module's one job is the store's files in ``<ledger>/tree/``: reading them, and
+bringing them up to date from the log under a lock. The tile and node maths are in
+:mod:`evidence_ledger.tlog.tiles`, the state document in
+:mod:`evidence_ledger.storage.tree_state`, the log's frames in
+:mod:`evidence_ledger.format.framing`.
+
 The log (``log.bin``) is the only source of truth. This store is a cache derived from
 it: deleting ``<ledger>/tree/`` and running any proof or checkpoint command again
 rebuilds it and gives the same bytes. The append path never touches it; it is
@@ -9,31 +15,20 @@ hashed, each append costing O(1) amortised hashes) before a proof or checkpoint 
 Layout of ``<ledger>/tree/``::
 
     tile/<L>/<N>    full tiles (c2sp.org/tlog-tiles): 256 hashes of 32 bytes, 8,192
-                    bytes, immutable. <N> is written in 3-digit path elements, all but
-                    the last prefixed with "x" (index 1234067 -> x001/x234/067).
-    nodes.bin       every node of the tree, 32 bytes each, in post-order: the order
-                    in which nodes complete as leaves are appended (each leaf hash,
-                    then the parents it completes, lowest first). Node ``(h, k)``,
+                    bytes, immutable; <N> as :func:`~evidence_ledger.tlog.tiles.tile_path`
+                    writes it (index 1234067 -> x001/x234/067).
+    nodes.bin       every node of the tree, 32 bytes each, in post-order: node ``(h, k)``,
                     MTH(D[k * 2**h : (k + 1) * 2**h]), is hash number
-                    ``node_position(h, k) = 2m - popcount(m) - 1 - tz(k + 1)`` with
-                    ``m = (k + 1) * 2**h`` (tz: trailing zero bits). For a tree of ``n``
-                    leaves exactly the first ``32 * (2n - popcount(n))`` bytes are
-                    valid: about 64 bytes per entry, append-only.
+                    :func:`~evidence_ledger.tlog.tiles.node_position` ``(h, k)``. For a
+                    tree of ``n`` leaves exactly the first ``32 * (2n - popcount(n))``
+                    bytes are valid: about 64 bytes per entry, append-only.
     offsets.bin     u64 big-endian byte offset in log.bin of every entry (entry ``i``
                     at bytes ``[8 i, 8 i + 8)``); the first ``8 n`` bytes are valid.
-    state.json      the commit point, replaced atomically (write, fsync, rename):
-                    {"version": 2, "size": n, "end_offset": int, "last_offset": int,
-                     "last_leaf": b64, "partial_tiles": [b64, ...]}
-                    ``size`` says how much of nodes.bin and of offsets.bin is valid
-                    (above). ``partial_tiles[L]`` is the partial tile at level
-                    L: the ``(n >> 8L) & 255`` rightmost level-L hashes not yet in a
-                    full tile.
+    state.json      the commit point (:class:`~evidence_ledger.storage.tree_state.TreeState`),
+                    replaced atomically (write, fsync, rename). Its ``size`` says how
+                    much of nodes.bin and of offsets.bin is valid (above); it also holds
+                    the partial tiles.
     lock            flock held while updating.
-
-Tile maths (c2sp.org/tlog-tiles): hash ``i`` of the tile at level ``L`` and index
-``N`` is MTH(D[(256N + i) * 256**L : (256N + i + 1) * 256**L]), i.e. node
-``(8L, 256N + i)``. A tree of ``n`` leaves has ``n >> 8L`` hashes at tile level
-``L``, of which the first ``256 * ((n >> 8L) >> 8)`` sit in full tiles.
 
 Reading a node (RFC 9162 §2.1.1 MTH of a perfect subtree) is one 32-byte read from
 nodes.bin: a proof at any tree size costs O(log n) hash reads and no hashing beyond the
@@ -60,9 +55,9 @@ entry.
 
 Trust: anyone who can write the ledger directory can change this store, and nothing in
 it can be checked without hashing the whole log. :meth:`TreeStore.update` and the proofs
-built from it (:func:`evidence_ledger.tlog.proofs.prove_inclusion`) trust it as it is; the proof
-commands use :func:`evidence_ledger.tlog.proofs.prove_inclusion_checked`, which verifies each proof
-against the root recomputed from the log and rebuilds the store
+built from it (:func:`evidence_ledger.storage.log_proofs.prove_inclusion`) trust it as it
+is; the proof commands use :func:`evidence_ledger.storage.log_proofs.prove_inclusion_checked`,
+which verifies each proof against the root recomputed from the log and rebuilds the store
 (:meth:`TreeStore.rebuild`) when it does not verify. Every file here is opened only if
 it is a regular file (never through a symlink, never a FIFO or device:
 :class:`TreeStoreError`), and the store never
@@ -73,31 +68,19 @@ rebuild).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import errno
-import json
 import mmap
 import os
 import shutil
 import stat
 import struct
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
-from evidence_ledger.format.framing import (
-    FRAME_OVERHEAD,
-    MAX_RECORD,
-    MORE_FLAG,
-    Damage,
-    Record,
-    TornTail,
-)
+from evidence_ledger.format.framing import Damage, Record, TornTail, read_frame
 from evidence_ledger.storage.fsutil import (
     NotRegularFileError,
     file_lock,
@@ -107,36 +90,38 @@ from evidence_ledger.storage.fsutil import (
     read_regular,
 )
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.tlog.merkle import HASH_SIZE, leaf_hash, node_hash, root_of_range
+from evidence_ledger.storage.tree_state import (
+    EMPTY_STATE,
+    STATE_VERSION,
+    StateFormatError,
+    TreeState,
+)
+from evidence_ledger.tlog.merkle import HASH_SIZE, leaf_hash, root_of_range
+from evidence_ledger.tlog.tiles import (
+    TILE_BYTES,
+    TILE_HEIGHT,
+    TILE_WIDTH,
+    TileBuilder,
+    node_count,
+    node_position,
+    perfect_root,
+    tile_path,
+)
 
 __all__ = [
-    "TILE_HEIGHT",
-    "TILE_WIDTH",
     "TREE_DIR",
     "NodeFile",
-    "TileBuilder",
     "TiledTree",
     "TreeStore",
     "TreeStoreError",
-    "node_count",
-    "node_position",
-    "tile_path",
 ]
 
-TILE_HEIGHT = 8
-TILE_WIDTH = 1 << TILE_HEIGHT
-TILE_BYTES = TILE_WIDTH * HASH_SIZE
 TREE_DIR = "tree"
 NODES_NAME = "nodes.bin"
 STATE_NAME = "state.json"
 OFFSETS_NAME = "offsets.bin"
 LOCK_NAME = "lock"
-STATE_VERSION = 2
-_LEGACY_VERSIONS = (1,)  # tiles only: rebuilt by the next update
-MAX_LEVEL = 63
 _U64 = struct.Struct(">Q")
-_U32 = struct.Struct(">I")
-_FRAME_HEADER = struct.Struct(">II")  # frame: u32 word, u32 CRC-32 of the word
 _TILE_CACHE = 64
 _FLUSH_BYTES = 1 << 22  # buffered node and offset bytes written out during an update
 _MAP_AFTER = 256  # node reads by position before a tree maps nodes.bin
@@ -146,7 +131,6 @@ Nodes = bytes | mmap.mmap
 """Concatenated 32-byte node hashes in post-order; slicing gives bytes."""
 ReadTile = Callable[[int, int], bytes]
 ReadNodes = Callable[[], "Nodes | NodeFile"]
-WriteTile = Callable[[int, int, bytes], None]
 
 
 class TreeStoreError(EvidenceError):
@@ -164,85 +148,6 @@ class TreeStoreError(EvidenceError):
         where = "the tree directory" if directory is None else str(directory)
         super().__init__(f"tree store: {problem}; delete {where} to rebuild it")
         self.problem = problem
-
-
-def tile_path(level: int, index: int, width: int | None = None) -> str:
-    """The c2sp.org/tlog-tiles path of a tile, ``tile/<L>/<N>[.p/<W>]``.
-
-    Args:
-        level: tile level, ``0 <= level <= 63``.
-        index: tile index within the level, ``index >= 0``.
-        width: for a partial tile, its width ``1 <= width <= 255``; None for a full tile.
-
-    Raises:
-        UsageError: if an argument is out of range.
-    """
-    if not 0 <= level <= MAX_LEVEL:
-        raise UsageError(f"tile level must be in 0..{MAX_LEVEL}, got {level}")
-    if index < 0:
-        raise UsageError(f"tile index must be >= 0, got {index}")
-    groups: list[str] = []
-    n = index
-    while True:
-        n, group = divmod(n, 1000)
-        groups.append(f"{group:03d}")
-        if n == 0:
-            break
-    groups.reverse()
-    encoded = "/".join([f"x{g}" for g in groups[:-1]] + [groups[-1]])
-    path = f"tile/{level}/{encoded}"
-    if width is not None:
-        if not 1 <= width < TILE_WIDTH:
-            raise UsageError(f"partial tile width must be in 1..{TILE_WIDTH - 1}, got {width}")
-        path += f".p/{width}"
-    return path
-
-
-def node_position(level: int, index: int) -> int:
-    """Where node ``(level, index)`` sits in nodes.bin, counted in 32-byte hashes.
-
-    The post-order position ``2m - popcount(m) - 1 - tz(index + 1)`` with
-    ``m = (index + 1) * 2**level``: the ``2m - popcount(m)`` nodes of the tree of ``m``
-    leaves come first, and after this node only its ancestors that the same leaf
-    completes, ``tz(index + 1)`` of them. Requires ``level, index >= 0``.
-    """
-    k = index + 1
-    m = k << level
-    return 2 * m - m.bit_count() - (k & -k).bit_length()
-
-
-def node_count(size: int) -> int:
-    """Number of nodes (complete perfect subtrees) of a tree of ``size`` leaves:
-    ``2 * size - popcount(size)``; nodes.bin holds ``32 * node_count(size)`` valid bytes."""
-    return 2 * size - size.bit_count()
-
-
-def _perfect_root(hashes: bytes) -> bytes:
-    """MTH of a power-of-two run of concatenated 32-byte hashes."""
-    level = [hashes[i : i + HASH_SIZE] for i in range(0, len(hashes), HASH_SIZE)]
-    while len(level) > 1:
-        level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
-    return level[0]
-
-
-def _peaks_from_partials(size: int, partials: Sequence[bytes]) -> list[bytes]:
-    """The roots of the perfect subtrees covering ``[0, size)``, largest first, from
-    the partial tiles (the peak of height ``8L + b`` is made of the last hashes of the
-    partial tile at level ``L``); hashes at most 255 hashes per tile level."""
-    peaks: list[bytes] = []
-    for height in range(size.bit_length() - 1, -1, -1):
-        if not size >> height & 1:
-            continue
-        tile_level, b = divmod(height, TILE_HEIGHT)
-        count = size >> (TILE_HEIGHT * tile_level)  # hashes at this tile level
-        first = ((count >> b) - 1) << b  # index of the peak's first hash
-        start = (first - (count >> TILE_HEIGHT << TILE_HEIGHT)) * HASH_SIZE
-        partial = partials[tile_level] if tile_level < len(partials) else b""
-        run = partial[start : start + (HASH_SIZE << b)]
-        if start < 0 or len(run) != HASH_SIZE << b:
-            raise TreeStoreError(f"partial tile at level {tile_level} cannot hold size {size}")
-        peaks.append(_perfect_root(run))
-    return peaks
 
 
 class NodeFile:
@@ -447,7 +352,7 @@ class TiledTree:
         tile_index, offset = divmod(first, TILE_WIDTH)
         tile = self._tile(tile_level, tile_index)
         run = tile[offset * HASH_SIZE : (offset + (1 << height)) * HASH_SIZE]
-        return _perfect_root(run)
+        return perfect_root(run)
 
     def leaf(self, index: int) -> bytes:
         """Leaf hash ``index`` (32 bytes); requires ``0 <= index < size``."""
@@ -468,187 +373,18 @@ class TiledTree:
         return root_of_range(self.node, 0, size)
 
 
-class TileBuilder:
-    """Append leaf hashes; record every node as it completes, emit each full tile once.
+class _CachedState(NamedTuple):
+    """A parsed state.json and the ``(inode, size, mtime_ns, ctime_ns)`` it was read at."""
 
-    Each append hashes one node per perfect subtree it completes (on average one), so
-    appending is O(1) amortised. The new nodes are kept, in post-order, until
-    :meth:`take_nodes`; nodes at heights ``8L`` also fill the partial tile at level
-    ``L``, which is written out when it reaches 256 hashes.
-
-    Args:
-        size: leaves already covered (0 for a new tree).
-        partials: the partial tiles for ``size`` (see :class:`TiledTree`).
-        write_tile: called as ``write_tile(level, index, data)`` with every tile that
-            becomes full (8,192 bytes), lowest level first.
-        peaks: the roots of the perfect subtrees covering ``[0, size)``, 32 bytes each,
-            largest first (one per set bit of ``size``); derived from ``partials``
-            (hashing at most 255 hashes per tile level) when None.
-
-    Raises:
-        EvidenceError: if ``peaks`` or ``partials`` do not fit ``size``.
-    """
-
-    def __init__(
-        self,
-        size: int = 0,
-        partials: Sequence[bytes] = (),
-        write_tile: WriteTile | None = None,
-        peaks: Sequence[bytes] | None = None,
-    ) -> None:
-        self.size = size
-        self._partials = [bytearray(p) for p in partials]
-        self._write_tile = write_tile
-        self._peaks = list(_peaks_from_partials(size, partials) if peaks is None else peaks)
-        if len(self._peaks) != size.bit_count():
-            raise TreeStoreError(
-                f"{len(self._peaks)} subtree roots for size {size}, want {size.bit_count()}"
-            )
-        self._nodes = bytearray()
-
-    @property
-    def pending(self) -> int:
-        """Bytes of new nodes held until :meth:`take_nodes`."""
-        return len(self._nodes)
-
-    def append(self, leaf: bytes) -> None:
-        """Add one 32-byte leaf hash at index ``size``."""
-        size = self.size
-        new_size = size + 1
-        nodes, peaks = self._nodes, self._peaks
-        height, node = 0, leaf
-        while True:
-            nodes += node
-            if not height & (TILE_HEIGHT - 1):
-                self._add_to_tile(height // TILE_HEIGHT, node, new_size >> height)
-            if not size & 1:
-                break
-            node = node_hash(peaks.pop(), node)
-            height += 1
-            size >>= 1
-        peaks.append(node)
-        self.size = new_size
-
-    def _add_to_tile(self, level: int, value: bytes, count: int) -> None:
-        """Add hash number ``count - 1`` of tile level ``level`` to its partial tile."""
-        while len(self._partials) <= level:
-            self._partials.append(bytearray())
-        partial = self._partials[level]
-        partial += value
-        if len(partial) == TILE_BYTES:
-            if self._write_tile is not None:
-                self._write_tile(level, (count >> TILE_HEIGHT) - 1, bytes(partial))
-            partial.clear()
-
-    def take_nodes(self) -> bytes:
-        """The nodes completed since the last call, in post-order (the next part of
-        nodes.bin), as concatenated 32-byte hashes."""
-        out = bytes(self._nodes)
-        self._nodes.clear()
-        return out
-
-    def partials(self) -> list[bytes]:
-        """The current partial tiles, level 0 first, trailing empty levels dropped."""
-        out = [bytes(p) for p in self._partials]
-        while out and not out[-1]:
-            out.pop()
-        return out
+    stamp: tuple[int, int, int, int]
+    state: TreeState
 
 
-@dataclass(frozen=True)
-class _State:
-    size: int
-    end_offset: int
-    last_offset: int
-    last_leaf: bytes
-    partials: tuple[bytes, ...]
-    version: int = STATE_VERSION
-
-    def to_json(self) -> bytes:
-        doc = {
-            "version": STATE_VERSION,
-            "size": self.size,
-            "end_offset": self.end_offset,
-            "last_offset": self.last_offset,
-            "last_leaf": base64.b64encode(self.last_leaf).decode("ascii"),
-            "partial_tiles": [base64.b64encode(p).decode("ascii") for p in self.partials],
-        }
-        return json.dumps(doc, indent=1).encode("ascii") + b"\n"
-
-    @classmethod
-    def from_json(cls, data: bytes, where: Path) -> _State:
-        try:
-            doc: Any = json.loads(data)
-            version = doc.get("version")
-            if version != STATE_VERSION and version not in _LEGACY_VERSIONS:
-                raise ValueError(f"version {version!r}, want {STATE_VERSION}")
-            state = cls(
-                size=_nonneg(doc["size"]),
-                end_offset=_nonneg(doc["end_offset"]),
-                last_offset=_nonneg(doc["last_offset"]),
-                last_leaf=base64.b64decode(doc["last_leaf"], validate=True),
-                partials=tuple(base64.b64decode(p, validate=True) for p in doc["partial_tiles"]),
-                version=version,
-            )
-        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
-            raise TreeStoreError(f"state {where} is unreadable ({exc})", where.parent) from exc
-        return state
-
-
-def _nonneg(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{value!r} is not a non-negative integer")
-    return value
-
-
-_EMPTY = _State(0, 0, 0, b"", ())
-
-# Parsed state.json files by path, with the (inode, size, mtime, ctime) they were read
-# at: state.json is replaced by rename, so a new state has a new stamp. A stale hit
-# could only give an older tree, which update() then finds behind the log and brings
-# up to date under the lock, reading the file afresh.
-_STATE_CACHE: dict[str, tuple[tuple[int, int, int, int], _State]] = {}
+# Parsed state.json files by path: state.json is replaced by rename, so a new state has
+# a new stamp. A stale hit could only give an older tree, which update() then finds
+# behind the log and brings up to date under the lock, reading the file afresh.
+_STATE_CACHE: dict[str, _CachedState] = {}
 _STATE_CACHE_SIZE = 64
-
-
-def _frame_at(fd: int, offset: int) -> tuple[int, bytes] | None:
-    """``(word, record)`` of the log frame at ``offset`` (see
-    :mod:`evidence_ledger.storage.log_store` for the
-    layout), or None if it is short or fails a CRC-32."""
-    head = os.pread(fd, _FRAME_HEADER.size + 1024, offset)
-    if len(head) < _FRAME_HEADER.size:
-        return None
-    word, crc = _FRAME_HEADER.unpack_from(head)
-    length = word & ~MORE_FLAG
-    if zlib.crc32(head[:4]) != crc or length > MAX_RECORD:
-        return None
-    body = head[_FRAME_HEADER.size :]
-    if len(body) < length + _U32.size:
-        body = os.pread(fd, length + _U32.size, offset + _FRAME_HEADER.size)
-        if len(body) < length + _U32.size:
-            return None
-    data = body[:length]
-    if zlib.crc32(data) != _U32.unpack_from(body, length)[0]:
-        return None
-    return word, data
-
-
-def _read_frame(fd: int, offset: int, skip: int) -> bytes | None:
-    """The record ``skip`` frames after the frame at ``offset``, or None if unreadable."""
-    try:
-        for _ in range(skip):
-            header = os.pread(fd, _FRAME_HEADER.size, offset)
-            if len(header) < _FRAME_HEADER.size:
-                return None
-            word, crc = _FRAME_HEADER.unpack(header)
-            length = word & ~MORE_FLAG
-            if zlib.crc32(header[:4]) != crc or length > MAX_RECORD:
-                return None
-            offset += FRAME_OVERHEAD + length
-        frame = _frame_at(fd, offset)
-    except OSError:
-        return None
-    return None if frame is None else frame[1]
 
 
 def _unreadable(path: Path, exc: OSError) -> str:
@@ -769,32 +505,36 @@ class TreeStore:
 
     # -- reading -------------------------------------------------------------------
 
-    def _read_state(self, cached: bool = True) -> _State:
+    def _read_state(self, cached: bool = True) -> TreeState:
         """The committed state; ``cached``: reuse the last parse of this very file."""
         key = str(self.state_path)
         try:
             st = os.lstat(key)
         except FileNotFoundError:
-            return _EMPTY
+            return EMPTY_STATE
         except OSError as exc:
             raise TreeStoreError(_unreadable(self.state_path, exc), self.directory) from exc
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         hit = _STATE_CACHE.get(key)
-        if cached and hit is not None and hit[0] == stamp:
-            return hit[1]
+        if cached and hit is not None and hit.stamp == stamp:
+            return hit.state
         try:
             data = read_regular(key, _MAX_STATE)
         except FileNotFoundError:
-            return _EMPTY
+            return EMPTY_STATE
         except OSError as exc:
             raise TreeStoreError(_unreadable(self.state_path, exc), self.directory) from exc
         if len(data) > _MAX_STATE:
             raise TreeStoreError(f"{self.state_path} is larger than {_MAX_STATE} bytes",
                                  self.directory)
-        state = _State.from_json(data, self.state_path)
+        try:
+            state = TreeState.from_json(data)
+        except StateFormatError as exc:
+            raise TreeStoreError(f"state {self.state_path} is unreadable ({exc})",
+                                 self.directory) from exc
         if len(_STATE_CACHE) >= _STATE_CACHE_SIZE:
             _STATE_CACHE.clear()
-        _STATE_CACHE[key] = (stamp, state)
+        _STATE_CACHE[key] = _CachedState(stamp, state)
         return state
 
     def _read_tile(self, level: int, index: int) -> bytes:
@@ -825,7 +565,7 @@ class TreeStore:
         """Open the valid prefix of nodes.bin, ``32 * node_count(size)`` bytes."""
         return lambda: NodeFile(self.directory / NODES_NAME, HASH_SIZE * node_count(size))
 
-    def _tree(self, state: _State) -> TiledTree:
+    def _tree(self, state: TreeState) -> TiledTree:
         current = state.version == STATE_VERSION
         read_nodes = self._nodes_reader(state.size) if current else None
         return TiledTree(state.size, state.partials, self._read_tile, read_nodes)
@@ -858,9 +598,8 @@ class TreeStore:
         """Leaf hashes SHA-256(0x00 || entry bytes) of entries ``indices``, read from the log.
 
         Each costs two positioned reads: the entry's offset from ``offsets.bin``, then
-        its frame (see :mod:`evidence_ledger.storage.log_store` for the layout); an entry the store
-        does not
-        cover yet is found by walking frame headers from the start of the log.
+        its frame (:func:`evidence_ledger.format.framing.read_frame`); an entry the store
+        does not cover yet is found by walking frame headers from the start of the log.
 
         Raises:
             EvidenceError: if an entry is missing or damaged in the log, or the log is not
@@ -886,15 +625,18 @@ class TreeStore:
                     raw = os.pread(offsets_fd, _U64.size, index * _U64.size)
                     if len(raw) == _U64.size:
                         offset, skip = _U64.unpack(raw)[0], 0
-                data = _read_frame(log_fd, offset, skip)
-                if data is None and not skip:
+                try:
+                    found = read_frame(log_fd, offset, skip)
+                except OSError:
+                    found = None
+                if found is None and not skip:
                     raise TreeStoreError(
                         f"{self.offsets_path} points at no readable entry {index} in the log",
                         self.directory,
                     )
-                if data is None:
+                if found is None:
                     raise EvidenceError(f"entry {index} cannot be read from the log (run verify)")
-                yield leaf_hash(data)
+                yield leaf_hash(found.data)
         finally:
             os.close(log_fd)
             if offsets_fd >= 0:
@@ -972,7 +714,7 @@ class TreeStore:
             if fd >= 0:
                 os.close(fd)
 
-    def _write_state(self, state: _State) -> None:
+    def _write_state(self, state: TreeState) -> None:
         tmp = self.state_path.with_name(STATE_NAME + ".tmp")
         try:
             with contextlib.suppress(FileNotFoundError):
@@ -987,7 +729,7 @@ class TreeStore:
         except OSError as exc:
             raise StorageError(f"cannot write {self.state_path}: {exc}") from exc
 
-    def _is_current(self, state: _State) -> bool:
+    def _is_current(self, state: TreeState) -> bool:
         """True when the log has not changed length since ``state`` and its last covered
         entry is still there (one frame read and one hash; no lock)."""
         if state.version != STATE_VERSION:
@@ -1001,16 +743,16 @@ class TreeStore:
                 return False
             if not state.size:
                 return True
-            frame = _frame_at(fd, state.last_offset)
+            last = read_frame(fd, state.last_offset)
         except OSError:
             return False
         finally:
             os.close(fd)
         return (
-            frame is not None
-            and not frame[0] & MORE_FLAG
-            and state.last_offset + FRAME_OVERHEAD + len(frame[1]) == state.end_offset
-            and leaf_hash(frame[1]) == state.last_leaf
+            last is not None
+            and not last.more
+            and last.end == state.end_offset
+            and leaf_hash(last.data) == state.last_leaf
         )
 
     def update(self) -> TiledTree:
@@ -1077,12 +819,12 @@ class TreeStore:
                         else:
                             os.unlink(item.path)
                 _STATE_CACHE.pop(str(self.state_path), None)
-                state = self._catch_up(_EMPTY)
+                state = self._catch_up(EMPTY_STATE)
         except OSError as exc:
             raise StorageError(f"cannot rebuild {self.directory}: {exc}") from exc
         return self._tree(state)
 
-    def _catch_up(self, state: _State) -> _State:
+    def _catch_up(self, state: TreeState) -> TreeState:
         """Append the log's new entries to the store (lock held); return the new state."""
         items = iter(self.ledger.store.scan(state.last_offset, max(state.size - 1, 0)))
         if state.size:
@@ -1101,7 +843,7 @@ class TreeStore:
                 )
         upgrade = state.version != STATE_VERSION
         if upgrade:  # an older layout: the log still matches it; rebuild from the start
-            state = _EMPTY
+            state = EMPTY_STATE
             items = iter(self.ledger.store.scan())
         files = _AppendFiles(self.directory, state.size)
         try:
@@ -1128,6 +870,6 @@ class TreeStore:
             files.sync()
         finally:
             files.close()
-        new = _State(builder.size, end_offset, last_offset, last_leaf, tuple(builder.partials()))
+        new = TreeState(builder.size, end_offset, last_offset, last_leaf, tuple(builder.partials()))
         self._write_state(new)
         return new

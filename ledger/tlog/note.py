@@ -46,6 +46,7 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
     PublicFormat,
 )
+
 from evidence_ledger.format.errors import EvidenceError, UsageError
 
 __all__ = [

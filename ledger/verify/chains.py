@@ -1,8 +1,7 @@
 """One row per call: the evidence chain from call to persisted output (pure).
 
 Built from the per-call state the rules keep (:class:`evidence_ledger.verify.rules.CallState`), so
-the
-demo table, ``trace`` and later exports all read the same facts as the verifier.
+the demo table, ``trace`` and later exports all read the same facts as the verifier.
 """
 
 from __future__ import annotations

@@ -20,8 +20,7 @@ PAYLOAD_MISSING = "payload_missing"
 """A payload an entry names is gone and no ``redaction`` entry erased it: lost evidence.
 
 Reported by :func:`evidence_ledger.verify.audit.verify_ledger` when payloads are checked (not part
-of
-:data:`RULES`, which the pure verifier and offline bundles run without a payload store).
+of :data:`RULES`, which the pure verifier and offline bundles run without a payload store).
 """
 
 RULES = (

@@ -40,9 +40,10 @@ from agents.tool_context import ToolContext
 from agents.tool_guardrails import (
     ToolGuardrailFunctionOutput,
 )
+from openai.types.responses import ResponseFunctionToolCall
+
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, current_leg, entered
 from evidence_ledger.record.writer import EvidenceWriter, Scope
-from openai.types.responses import ResponseFunctionToolCall
 
 __all__ = [
     "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "attach", "pending_handoffs", "persisted_output",

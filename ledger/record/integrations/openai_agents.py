@@ -38,10 +38,9 @@ agent's path. The evidence of a leg (every entry above that a hook, a wrapped to
 the wrapped session produces while the leg runs, and the ``loaded`` / ``resume`` run
 states of its start) is queued, in the order it was produced, and a flusher thread
 (:mod:`evidence_ledger.record.integrations.group_commit`) appends it in groups: what is queued, at
-most
-:data:`~evidence_ledger.record.integrations.group_commit.GROUP_WRITES` writes or what arrived within
-:data:`~evidence_ledger.record.integrations.group_commit.GROUP_WINDOW` seconds, as one atomic group
-(``writer.atomic()``: one lock, one sync), one group at a time. The guarantee:
+most :data:`~evidence_ledger.record.integrations.group_commit.GROUP_WRITES` writes or what arrived
+within :data:`~evidence_ledger.record.integrations.group_commit.GROUP_WINDOW` seconds, as one atomic
+group (``writer.atomic()``: one lock, one sync), one group at a time. The guarantee:
 
 - :meth:`Recorder.run` returns, and ``stream_events()`` of :meth:`Recorder.run_streamed`
   ends, only after the leg's evidence and its ``run_end`` are durable;
@@ -77,17 +76,15 @@ scope of nested calls (:mod:`evidence_ledger.record.integrations.hooks`), and th
 
 Limits: attached agents must run through a recorder (their hooks raise
 :class:`~evidence_ledger.format.errors.UsageError` otherwise); a session write outside a recorded
-run is
-recorded with ``run_id=""``; a streamed run whose events are not read to the end is
-recorded as ``failed``; a handoff is recorded as its call and an execution whose result
-is the transfer message the SDK persists (also when the SDK runs it in a leg resumed
-from a ``RunState``); the run states of agents run through ``Agent.as_tool`` are the
-SDK's own and not recorded (their calls are, under the top-level run's state); tool
-guardrails given to an MCP server (not to a tool) are not wrapped, so a block by one is
-recorded as an execution whose result is the guardrail's message; a guardrail or
-approval rejection of a tool called programmatically (``caller`` type ``program``) with
-an output schema is persisted by the SDK as ``{"error": message}``, which the recorded
-message does not match (``output_provenance``).
+run is recorded with ``run_id=""``; a streamed run whose events are not read to the end is recorded
+as ``failed``; a handoff is recorded as its call and an execution whose result is the transfer
+message the SDK persists (also when the SDK runs it in a leg resumed from a ``RunState``); the run
+states of agents run through ``Agent.as_tool`` are the SDK's own and not recorded (their calls are,
+under the top-level run's state); tool guardrails given to an MCP server (not to a tool) are not
+wrapped, so a block by one is recorded as an execution whose result is the guardrail's message; a
+guardrail or approval rejection of a tool called programmatically (``caller`` type ``program``) with
+an output schema is persisted by the SDK as ``{"error": message}``, which the recorded message does
+not match (``output_provenance``).
 """
 
 from __future__ import annotations
@@ -104,6 +101,7 @@ from agents import Agent, Runner, RunResult, RunResultStreaming, RunState
 from agents.items import ToolApprovalItem
 from agents.stream_events import StreamEvent
 from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
+
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.group_commit import Journal
 from evidence_ledger.record.integrations.hooks import attach, pending_handoffs

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents import Session
+
 from evidence_ledger.record.integrations.group_commit import Journal
 from evidence_ledger.record.integrations.legs import CURRENT_LEG
 from evidence_ledger.record.writer import EvidenceWriter

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents import RunContextWrapper, RunState
+
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.group_commit import Journal
 from evidence_ledger.record.writer import EvidenceWriter, Interruption

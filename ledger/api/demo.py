@@ -1,0 +1,91 @@
+"""``evidence-ledger demo``: record the approval-flow example into a fresh ledger, sign a
+checkpoint with a throwaway key written beside it, and verify.
+
+The example ships inside the package (``evidence_ledger.examples.approval_flow``), so the
+demo runs from an installed wheel; it needs the ``[agents]`` extra, and runs offline with
+a scripted model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from evidence_ledger.api.extras import load
+from evidence_ledger.api.handle import Ledger
+from evidence_ledger.api.keys import SigningKey
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.storage.checkpoint_store import StoredCheckpoint
+from evidence_ledger.verify.chains import CallChain, call_chains
+from evidence_ledger.verify.records import Report
+
+__all__ = ["DEMO_ORIGIN", "DemoResult", "run_demo"]
+
+DEMO_ORIGIN = "demo.evidence-ledger.example/log"
+"""The throwaway key's name: the origin of the demo ledger's checkpoints."""
+
+EXAMPLE = "evidence_ledger.examples.approval_flow"
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What the demo made.
+
+    Attributes:
+        ledger: the ledger it recorded into.
+        example: the file name of the example it ran.
+        key: the throwaway signing key (``<ledger>-signing.key``, its verifier key in
+            ``<ledger>-signing.vkey``).
+        checkpoint: the checkpoint it signed.
+        report: the verifier's report on the ledger, with that key.
+        chains: one row per call, from call to persisted output.
+    """
+
+    ledger: Ledger
+    example: str
+    key: SigningKey
+    checkpoint: StoredCheckpoint
+    report: Report
+    chains: list[CallChain]
+
+
+def _require_fresh(directory: Path) -> None:
+    """Refuse a target that exists and is not an empty directory."""
+    if os.path.lexists(directory) and not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory; --ledger names a ledger directory")
+    try:
+        empty = not directory.exists() or next(directory.iterdir(), None) is None
+    except OSError as exc:
+        raise UsageError(f"cannot read {directory}: {exc.strerror or exc}") from exc
+    if not empty:
+        raise UsageError(
+            f"{directory} is not empty; demo records into a fresh directory: remove it or "
+            "pass another --ledger"
+        )
+
+
+def run_demo(directory: str | os.PathLike[str]) -> DemoResult:
+    """Record the approval-flow example into ``directory`` (new or empty), write a throwaway
+    key ``<directory>-signing.key`` (and ``.vkey``) beside it, sign a checkpoint, verify.
+
+    Raises:
+        MissingExtraError: (exit 2) without the ``[agents]`` extra.
+        UsageError: if ``directory`` is not empty or the key files exist already.
+    """
+    target = Path(directory)
+    _require_fresh(target)
+    whole = target.resolve()  # "." has no name: the key goes beside the directory itself
+    key_path = whole.parent / f"{whole.name}-signing.key"
+    for path in (key_path, key_path.with_suffix(".vkey")):
+        SigningKey.check_new_path(path)
+    example = load(EXAMPLE, "agents", "demo")
+    asyncio.run(example.main(str(target)))
+    key = SigningKey.generate(key_path, DEMO_ORIGIN)
+    key_path.with_suffix(".vkey").write_text(key.verifier_key + "\n")
+    ledger = Ledger(target)
+    stored = ledger.checkpoint(key)
+    report = ledger.verify([key.verifier_key])
+    return DemoResult(ledger, Path(example.__file__ or EXAMPLE).name, key, stored, report,
+                      call_chains(report.calls.values()))

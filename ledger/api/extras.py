@@ -1,0 +1,55 @@
+"""Optional extras: which installed extra each optional dependency comes from, and the one
+error a command raises when its extra is missing.
+
+The base install (``pip install evidence-ledger``) verifies: bundles, checkpoints and a
+ledger's log need only ``cryptography`` and ``msgpack`` (with ``rfc8785``,
+``securesystemslib`` and ``jsonschema``, small pure-Python libraries, and the CLI's ``typer``
+and ``rich``). Recording needs ``[agents]``; SQL, exports and ``trace`` need ``[query]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from evidence_ledger.format.errors import UsageError
+
+__all__ = ["EXTRAS", "MissingExtraError", "load"]
+
+EXTRAS = {
+    "agents": ("agents",),
+    "query": ("duckdb", "pyarrow"),
+}
+"""Extra name -> the top-level modules it installs."""
+
+
+class MissingExtraError(UsageError):
+    """A feature needs an optional extra that is not installed (exit code 2)."""
+
+    def __init__(self, extra: str, what: str, missing: str) -> None:
+        super().__init__(
+            f"{what} needs the '{extra}' extra ({missing} is not installed): "
+            f"pip install 'evidence-ledger[{extra}]'"
+        )
+        self.extra = extra
+
+
+def load(module: str, extra: str, what: str) -> ModuleType:
+    """Import ``module`` (one of this package's modules that needs ``extra``).
+
+    Args:
+        module: absolute module name, e.g. ``evidence_ledger.index.query``.
+        extra: the extra whose packages it imports (a key of :data:`EXTRAS`).
+        what: what the caller is doing, for the message (``"query"``).
+
+    Raises:
+        MissingExtraError: if a package of ``extra`` is missing. Any other ImportError
+            (a broken install) propagates unchanged.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing in EXTRAS[extra]:
+            raise MissingExtraError(extra, what, missing) from exc
+        raise

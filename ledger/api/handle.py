@@ -1,0 +1,428 @@
+"""The public handle on one ledger directory: every command of the CLI that reads or writes
+a ledger is one method of :class:`Ledger`.
+
+Keys are passed one way everywhere: signing keys as :class:`~evidence_ledger.SigningKey`,
+verifier keys as their C2SP strings. Files the caller names (events, trusted
+checkpoints, session stores) are paths; what a method returns is a plain value object.
+Methods that need the ``[query]`` extra (DuckDB, pyarrow) import it when called and raise
+:class:`~evidence_ledger.api.extras.MissingExtraError` (exit 2) when it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evidence_ledger.api.extras import load
+from evidence_ledger.api.keys import SigningKey
+from evidence_ledger.format.digests import from_text
+from evidence_ledger.format.entries import KINDS, entry_json
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.format.times import parse_time
+from evidence_ledger.record.checkpointing import create_checkpoint
+from evidence_ledger.record.ingest import IngestResult, ingest_file
+from evidence_ledger.record.redact import Redaction, redact
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.sessions.apply_store import apply_store_repair
+from evidence_ledger.sessions.evidence import load_evidence
+from evidence_ledger.sessions.markers import pending_repair_notices, settle_pending
+from evidence_ledger.sessions.plan import RepairPlan, plan_repair
+from evidence_ledger.sessions.record import RepairResult
+from evidence_ledger.sessions.stores import MESSAGES_TABLE, read_store
+from evidence_ledger.storage.checkpoint_store import StoredCheckpoint
+from evidence_ledger.storage.files import read_input
+from evidence_ledger.storage.keys import refuse_key_inside
+from evidence_ledger.storage.ledger_dir import Ledger as LedgerDirectory
+from evidence_ledger.storage.log_proofs import prove_consistency_checked, prove_inclusion_checked
+from evidence_ledger.verify.audit import verify_ledger
+from evidence_ledger.verify.records import Report
+
+if TYPE_CHECKING:
+    from evidence_ledger.bundle.build import Bundle
+    from evidence_ledger.index.export import ExportCheck
+    from evidence_ledger.index.query import QueryResult
+    from evidence_ledger.index.trace import CallTrace
+    from evidence_ledger.tlog.proofs import ConsistencyProof, InclusionProof
+
+__all__ = ["Ledger", "Progress", "SessionRepair"]
+
+Progress = Callable[[int, int, int], None]
+"""``progress(entries_done, bytes_done, bytes_total)``, called as the index is brought up to
+date (or an export re-derived): for a progress bar."""
+
+Source = str | os.PathLike[str]
+
+
+class Ledger:
+    """A ledger directory (``log.bin``, ``payloads/``, ``checkpoints/``; see FORMAT.md).
+
+    Args:
+        directory: its path; None means ``$EVIDENCE_LEDGER``, else ``./.evidence``.
+        create: the caller will write (``ingest``): the directory need not hold a ledger
+            yet, and is created by the first append. Else it must hold one.
+
+    Raises:
+        UsageError: if the path exists and is not a directory, or (unless ``create``)
+            holds no ledger. Nothing is created either way.
+    """
+
+    def __init__(self, directory: Source | None = None, *, create: bool = False) -> None:
+        book = LedgerDirectory(directory)
+        if os.path.lexists(book.directory) and not book.directory.is_dir():
+            raise UsageError(
+                f"{book.directory} is not a directory; --ledger names a ledger directory"
+            )
+        if not create:
+            book.require_exists()
+        self._book = book
+
+    @property
+    def directory(self) -> Path:
+        """The ledger directory."""
+        return self._book.directory
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.directory)!r})"
+
+    # -- reading ---------------------------------------------------------------------
+
+    def entries(self, *, kind: str | None = None, call_id: str | None = None,
+                ) -> Iterator[dict[str, Any]]:
+        """The entries, oldest first, as JSON objects (FORMAT.md "Entries": ``seq``,
+        ``hash`` and ``prev`` as ``sha256:<hex>``, ``time`` in ns, ``kind``, ``body``),
+        one pass over ``log.bin`` holding one entry at a time.
+
+        Args:
+            kind: only entries of this kind (one of ``KINDS``).
+            call_id: only entries whose body names this ``call_id``.
+
+        Raises:
+            UsageError: for an unknown kind, or (when the log is read to its end) if no
+                entry names ``call_id``.
+            EvidenceError: at the first damaged record (run :meth:`verify` for all).
+        """
+        if kind is not None and kind not in KINDS:
+            raise UsageError(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
+        named = call_id is None
+        for entry, hash_ in self._book.entries():
+            if call_id is not None and entry.body.get("call_id") != call_id:
+                continue
+            named = True
+            if kind is None or entry.kind == kind:
+                yield entry_json(entry, hash_)
+        if not named:
+            raise UsageError(f"no entry names call_id {call_id!r}")
+
+    def verify(
+        self,
+        verifier_keys: Sequence[str] = (),
+        trusted_checkpoints: Sequence[Source] = (),
+        *,
+        payloads: bool = True,
+    ) -> Report:
+        """Verify the whole ledger: integrity of every record, every evidence rule, the
+        stored checkpoints and the trusted ones; one pass over ``log.bin``.
+
+        Args:
+            verifier_keys: C2SP verifier key strings; stored checkpoints must be signed by
+                one (none: signatures are not checked, and a notice says so).
+            trusted_checkpoints: paths of signed checkpoints kept elsewhere: the ledger
+                must extend each (rule ``append_only``).
+            payloads: re-hash every payload file against its digest.
+
+        Returns:
+            The report (``schemas/verify-report.schema.json`` via ``to_json()``);
+            ``report.ok`` is False on any violation. Notices include session repairs a
+            crash left unrecorded.
+
+        Raises:
+            UsageError: for a malformed verifier key or an unreadable trusted checkpoint.
+            EvidenceError: if the log cannot be read.
+        """
+        trusted = [read_input(path) for path in trusted_checkpoints]
+        report = verify_ledger(self._book, list(verifier_keys), trusted, payloads=payloads)
+        report.notices.extend(pending_repair_notices(self._book))
+        return report
+
+    def trace(
+        self,
+        call_id: str,
+        *,
+        run_id: str | None = None,
+        index: Source | None = None,
+        rebuild: bool = False,
+        progress: Progress | None = None,
+    ) -> CallTrace:
+        """One call's entries, the rules it broke and its runs' run-state lineage, found
+        through the DuckDB index (needs ``[query]``); see ``evidence_ledger.index.trace``.
+
+        Raises:
+            UsageError: if no entry names the call, or the index cannot be used.
+            EvidenceError: if the log fails integrity while indexing.
+        """
+        trace = load("evidence_ledger.index.trace", "query", "trace")
+        result: CallTrace = trace.trace_call(
+            self._book, call_id, run_id, index, rebuild=rebuild, progress=progress
+        )
+        return result
+
+    def inclusion_proof(
+        self, seq: int, tree_size: int | None = None, *,
+        notice: Callable[[str], None] | None = None,
+    ) -> InclusionProof:
+        """An RFC 9162 §2.1.3 inclusion proof of entry ``seq`` (0-based leaf index) in the
+        tree of ``tree_size`` entries (default: the current size), checked against the root
+        recomputed from ``log.bin``; a derived ``tree/`` cache that fails is rebuilt
+        (``notice`` is told).
+
+        Raises:
+            UsageError: unless ``0 <= seq < tree_size <= size``.
+            EvidenceError: if the log is damaged.
+        """
+        return prove_inclusion_checked(self._book, seq, tree_size, notice or _quiet)
+
+    def consistency_proof(
+        self, old_size: int, new_size: int | None = None, *,
+        notice: Callable[[str], None] | None = None,
+    ) -> ConsistencyProof:
+        """An RFC 9162 §2.1.4 consistency proof from tree size ``old_size`` to ``new_size``
+        (default: the current size), checked against both roots recomputed from the log.
+
+        Raises:
+            UsageError: unless ``0 < old_size <= new_size <= size``.
+            EvidenceError: if the log is damaged.
+        """
+        return prove_consistency_checked(self._book, old_size, new_size, notice or _quiet)
+
+    # -- SQL (the [query] extra) ------------------------------------------------------
+
+    def update_index(
+        self, *, index: Source | None = None, rebuild: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Bring the DuckDB index (default ``<ledger>/index.duckdb``) up to date with the
+        log; returns the tree size it holds (entries).
+
+        Raises:
+            UsageError: if the index cannot be read or written.
+            EvidenceError: if the log fails integrity.
+        """
+        build = load("evidence_ledger.index.build", "query", "the index")
+        size: int = build.update_index(
+            self._book, index, rebuild=rebuild, progress=progress
+        ).tree_size
+        return size
+
+    def query(
+        self, sql: str, *, index: Source | None = None, rebuild: bool = False,
+        progress: Progress | None = None,
+    ) -> QueryResult:
+        """Run one read-only SQL statement (``SELECT``) over the index, brought up to date
+        first; tables and columns: docs/QUERIES.md.
+
+        Raises:
+            UsageError: for a statement that is not one read-only query, or an unusable
+                index.
+            EvidenceError: if the log fails integrity.
+        """
+        query = load("evidence_ledger.index.query", "query", "query")
+        result: QueryResult = query.run_query(
+            self._book, sql, index, rebuild=rebuild, progress=progress
+        )
+        return result
+
+    def export(
+        self,
+        out: Source,
+        format: str,
+        *,
+        since: str | int | None = None,
+        until: str | int | None = None,
+        index: Source | None = None,
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        """Export every view of the index (``parquet``, ``csv`` or ``jsonl``) into the new
+        or empty directory ``out``, with ``manifest.json`` binding the files to the log.
+        The index is brought up to date first (``progress`` follows that, then the files).
+
+        Args:
+            since, until: only rows with ``since <= time < until`` (ISO 8601 UTC text, or
+                ns since the epoch).
+
+        Returns:
+            The manifest (tree size, root hash, each file's name, rows and SHA-256).
+
+        Raises:
+            UsageError: for a bad time, a non-empty ``out``, or an unusable index.
+        """
+        since_ns = parse_time(since) if isinstance(since, str) else since
+        until_ns = parse_time(until) if isinstance(until, str) else until
+        export = load("evidence_ledger.index.export", "query", "export")
+        self.update_index(index=index, progress=progress)
+        manifest: dict[str, Any] = export.export_ledger(
+            self._book, out, format, since=since_ns, until=until_ns, index=index,
+            progress=progress,
+        )
+        return manifest
+
+    def verify_export(self, directory: Source, *, progress: Progress | None = None,
+                      ) -> ExportCheck:
+        """Check an export against this ledger: the root at its tree size, every file's
+        SHA-256, and every row re-derived from the entries (``check.ok``)."""
+        export = load("evidence_ledger.index.export", "query", "verify-export")
+        check: ExportCheck = export.verify_export(directory, self._book, progress=progress)
+        return check
+
+    # -- writing ---------------------------------------------------------------------
+
+    def ingest(self, events: Source, *, again: bool = False) -> IngestResult:
+        """Append a JSON Lines file of evidence events (``schemas/ingest-event.schema.json``)
+        as one atomic group, then an ``ingest`` entry holding the file's SHA-256.
+
+        Raises:
+            IngestError: (a UsageError) naming the first line that fails; nothing is
+                appended. Also if the same file was ingested before, unless ``again``.
+            StorageError: if the append fails (nothing acknowledged is lost).
+        """
+        return ingest_file(EvidenceWriter(self._book), Path(events), again=again)
+
+    def redact(self, digest: str, *, reason: str, by: str | None = None) -> Redaction:
+        """Erase one payload (``sha256:<64 hex>``) after recording a ``redaction`` entry;
+        every entry hash, proof and checkpoint still verifies.
+
+        Raises:
+            UsageError: for a malformed digest, or a payload already redacted.
+        """
+        try:
+            payload = from_text(digest)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        return redact(EvidenceWriter(self._book), payload, reason, by)
+
+    def checkpoint(self, keys: SigningKey | Sequence[SigningKey]) -> StoredCheckpoint:
+        """Sign the current tree head as a C2SP checkpoint (one signature line per key; the
+        first key's name is the origin), store it in ``checkpoints/`` and return it.
+
+        Raises:
+            UsageError: for no key, a key kept inside the ledger directory, or an origin
+                that differs from the stored checkpoints'.
+            EvidenceError: if the log is damaged or does not extend the latest checkpoint.
+        """
+        keys = [keys] if isinstance(keys, SigningKey) else list(keys)
+        for key in keys:
+            refuse_key_inside(self.directory, key.path)
+        return create_checkpoint(self._book, [key.signer for key in keys])
+
+    def prove(
+        self,
+        out: Source,
+        key: SigningKey,
+        *,
+        call_id: str | None = None,
+        run_id: str | None = None,
+        whole_log: bool = False,
+        include_payloads: bool = False,
+    ) -> Bundle:
+        """Write a signed, offline-verifiable proof bundle (an in-toto Statement in a DSSE
+        envelope) of one call's chain (``call_id``, optionally in ``run_id``), one run
+        (``run_id``) or the whole log, with inclusion proofs against a checkpoint signed by
+        ``key`` and the verifier's verdict.
+
+        Raises:
+            UsageError: for no selection or a conflicting one, an existing ``out``, or a
+                key inside the ledger directory.
+            EvidenceError: if the log is damaged.
+        """
+        from evidence_ledger.bundle.build import build_bundle, refuse_existing, write_bundle
+        from evidence_ledger.bundle.verify import Selection
+
+        if whole_log and (call_id is not None or run_id is not None):
+            raise UsageError("--all proves the whole log; drop --call-id and --run-id")
+        if whole_log:
+            selection = Selection("all")
+        elif call_id is not None:
+            selection = Selection("call", run_id, call_id)
+        elif run_id is not None:
+            selection = Selection("run", run_id)
+        else:
+            raise UsageError(
+                "say what to prove: --call-id ID [--run-id R], --run-id ID, or --all"
+            )
+        refuse_existing(Path(out))
+        refuse_key_inside(self.directory, key.path)
+        bundle = build_bundle(self._book, key.signer, selection,
+                              include_payloads=include_payloads)
+        write_bundle(out, bundle.data, private=include_payloads)
+        return bundle
+
+    def repair_sessions(
+        self,
+        source: Source,
+        *,
+        session_id: str | None = None,
+        messages_table: str = MESSAGES_TABLE,
+        settle: bool = False,
+    ) -> SessionRepair:
+        """Plan the repair of a session store's orphan outputs from this ledger's evidence
+        (each missing ``function_call`` rebuilt from its recorded call and exact arguments).
+
+        Args:
+            source: a ``SQLiteSession`` file, or a JSON Lines dump (plan only).
+            settle: first settle repairs a crash left half-recorded (writes the ledger;
+                for :meth:`SessionRepair.apply`). False: read only.
+
+        Raises:
+            UsageError: for an unreadable store, or ``settle`` on a JSON Lines dump.
+            EvidenceError: if the log is damaged.
+        """
+        writer = EvidenceWriter(self._book)
+        contents = read_store(source, session_id=session_id, messages_table=messages_table)
+        if settle and contents.format != "sqlite":
+            raise UsageError(
+                f"{source}: a JSON Lines dump can be planned but not repaired in place"
+            )
+        settled = []
+        if contents.format == "sqlite":
+            settled = settle_pending(source, writer, apply=settle)
+            if settle:  # settling may have changed the store: read it again
+                contents = read_store(source, session_id=session_id,
+                                      messages_table=messages_table)
+        plan = plan_repair(contents, load_evidence(self._book), self._book.payloads.get)
+        return SessionRepair(plan, settled, writer)
+
+
+@dataclass
+class SessionRepair:
+    """A planned repair of one session store (:meth:`Ledger.repair_sessions`).
+
+    Attributes:
+        plan: the insertions and refusals, per session (``schemas/repair-plan.schema.json``).
+        settled: one line per leftover repair marker that was settled.
+    """
+
+    plan: RepairPlan
+    settled: list[str]
+    _writer: EvidenceWriter
+
+    def apply(self, by: str, backup: Source | None = None) -> RepairResult:
+        """Carry the plan out on the SQLite store in one transaction, after a backup copy
+        (default ``<store>.<repair_id>.bak``), and record a ``session_repair`` entry per
+        inserted item.
+
+        Raises:
+            UsageError: if ``by`` is empty, or the plan refuses an orphan output.
+            StorageError: if the ledger append fails after the store changed (the marker in
+                ``repairs/`` says so; the next repair settles it).
+        """
+        if not by.strip():
+            raise UsageError("--apply needs --by NAME (who repairs; it is recorded)")
+        if self.plan.refusals:
+            raise UsageError("the plan refuses an orphan output; nothing to apply")
+        return apply_store_repair(self.plan, self._writer, by=by, backup=backup)
+
+
+def _quiet(line: str) -> None:
+    """Drop a notice nobody asked to hear."""

@@ -1,0 +1,70 @@
+"""Checkpoint signing keys, the one way keys are passed to the public API.
+
+A signing key is a :class:`SigningKey`, made by :meth:`SigningKey.generate` or read by
+:meth:`SigningKey.load` from a private key file (C2SP signed-note / Go ``sumdb/note``
+format, ``PRIVATE+KEY+<name>+<hex8 key ID>+<base64>``, mode 0600). A verifier key is
+always its string, ``<name>+<hex8 key ID>+<base64(0x01 || 32-byte Ed25519 public key)>``
+(:attr:`SigningKey.verifier_key`), wherever a function takes ``verifier_keys``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from evidence_ledger.storage.keys import check_new_key_path, keygen, load_signer
+from evidence_ledger.tlog.note import Signer
+
+__all__ = ["SigningKey"]
+
+
+class SigningKey:
+    """An Ed25519 checkpoint key read from its file.
+
+    Attributes:
+        path: the private key file.
+        name: the key name, which is the origin of the checkpoints it signs.
+        verifier_key: the C2SP verifier key string that checks its signatures.
+    """
+
+    def __init__(self, path: Path, signer: Signer) -> None:
+        self.path = path
+        self._signer = signer
+        self.name = signer.name
+        self.verifier_key = signer.verifier.vkey
+
+    @classmethod
+    def generate(cls, path: str | os.PathLike[str], origin: str) -> SigningKey:
+        """Create a new key named ``origin`` and write it to ``path`` (a new file, mode 0600,
+        never overwritten; a failed write leaves no file).
+
+        Raises:
+            UsageError: if ``origin`` is not a valid key name (c2sp.org/signed-note), the
+                file exists, or it lies inside a ledger directory.
+            StorageError: if the file cannot be written.
+        """
+        keygen(origin, path)
+        return cls.load(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SigningKey:
+        """Read the private key file at ``path``.
+
+        Raises:
+            UsageError: if it is missing, not a regular file, readable by group or others
+                (like ssh, it wants mode 0600), or not a private key.
+        """
+        return cls(Path(path), load_signer(path))
+
+    @staticmethod
+    def check_new_path(path: str | os.PathLike[str]) -> None:
+        """Raise :class:`UsageError` unless a new key may be written at ``path``."""
+        check_new_key_path(path)
+
+    @property
+    def signer(self) -> Signer:
+        """The signer the stages below take (internal)."""
+        return self._signer
+
+    def __repr__(self) -> str:
+        return f"SigningKey({str(self.path)!r}, verifier_key={self.verifier_key!r})"

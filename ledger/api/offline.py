@@ -1,0 +1,91 @@
+"""Checks that need no ledger: a proof bundle, a signed checkpoint, a session store.
+
+Each takes the evidence as bytes or as the path of its file, and verifier keys as C2SP
+strings. Verifying a bundle or a checkpoint imports only the pure stages (``format``,
+``tlog``, ``verify``, ``bundle.verify``): the base install is enough.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from evidence_ledger.bundle.verify import VerifiedBundle
+from evidence_ledger.bundle.verify import verify_bundle as _verify_bundle
+from evidence_ledger.sessions.report import ScanReport, scan_store
+from evidence_ledger.sessions.stores import MESSAGES_TABLE
+from evidence_ledger.storage.files import read_input
+from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
+from evidence_ledger.tlog.checkpoint import verify_checkpoint as _verify_checkpoint
+from evidence_ledger.tlog.note import Verifier
+
+__all__ = ["scan_sessions", "verify_bundle", "verify_checkpoint"]
+
+Evidence = bytes | str | os.PathLike[str]
+"""The evidence itself (``bytes``), or the path of the file holding it."""
+
+
+def _bytes(evidence: Evidence) -> bytes:
+    return evidence if isinstance(evidence, bytes) else read_input(evidence)
+
+
+def verify_bundle(bundle: Evidence, verifier_keys: Sequence[str]) -> VerifiedBundle:
+    """Verify a proof bundle offline: the DSSE signature, the signed checkpoint, every
+    inclusion proof, hash link and bundled payload, and the verdict re-derived from the
+    bundled entries (see ``evidence_ledger.bundle.verify``).
+
+    Args:
+        bundle: the bundle file's bytes, or its path (at most 1 GiB).
+        verifier_keys: the ledger's C2SP verifier key strings; one must have signed both
+            the envelope and the checkpoint.
+
+    Returns:
+        The verified bundle. Its ``verdict`` may hold violations: a bundle proving a
+        violation is an authentic bundle.
+
+    Raises:
+        BundleError: (an EvidenceError, exit 1) naming the part that is not authentic.
+        UsageError: for no key, a malformed or ambiguous key, or an unreadable file.
+    """
+    verifiers = [Verifier.from_vkey(v) for v in verifier_keys]
+    return _verify_bundle(_bytes(bundle), verifiers)
+
+
+def verify_checkpoint(
+    note: Evidence, verifier_keys: Sequence[str], origin: str | None = None
+) -> VerifiedCheckpoint:
+    """Verify a C2SP signed checkpoint (c2sp.org/tlog-checkpoint) against trusted keys.
+
+    Args:
+        note: the signed note's bytes (UTF-8, at most 1 MiB), or its path.
+        verifier_keys: trusted C2SP verifier key strings; at least one must have signed.
+        origin: the expected origin (default: the signing key's name).
+
+    Raises:
+        EvidenceError: for a malformed note or checkpoint, a wrong origin, or no valid
+            signature by a trusted key.
+        UsageError: for a malformed key or an unreadable file.
+    """
+    verifiers = [Verifier.from_vkey(v) for v in verifier_keys]
+    return _verify_checkpoint(_bytes(note), verifiers, origin)
+
+
+def scan_sessions(
+    source: str | os.PathLike[str],
+    *,
+    session_id: str | None = None,
+    messages_table: str = MESSAGES_TABLE,
+) -> ScanReport:
+    """Scan a session store, read-only, for tool items out of order: orphan outputs,
+    outputs before their calls, dangling calls, duplicated call ids
+    (``schemas/scan-report.schema.json`` via ``to_json()``; ``report.ok`` when clean).
+
+    Args:
+        source: an SDK ``SQLiteSession`` file, or a JSON Lines dump of
+            ``{"session_id": ..., "item": {...}}`` objects.
+
+    Raises:
+        UsageError: if the file is missing or of neither shape, or ``session_id`` is
+            unknown.
+    """
+    return scan_store(source, session_id=session_id, messages_table=messages_table)

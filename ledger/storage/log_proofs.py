@@ -1,0 +1,385 @@
+"""Proofs of a ledger's entries: from its tree store, and checked against its log.
+
+The I/O around the pure prover (:mod:`evidence_ledger.tlog.proofs`): this module opens
+the ledger, brings its tree store (:mod:`evidence_ledger.storage.tree_store`) up to date,
+reads leaf hashes back from ``log.bin``, and recomputes roots from the log itself.
+
+- :func:`prove_inclusions`, :func:`prove_inclusion`, :func:`prove_consistency`: proofs
+  from the stored nodes, O(log n) reads each, trusting the store as it is.
+- :func:`prove_inclusion_checked`, :func:`prove_consistency_checked`: the same proofs
+  verified (RFC 9162 §2.1.3.2, §2.1.4.2) against roots recomputed from ``log.bin`` in
+  one O(n) pass, rebuilding the store once when it disagrees. The proof commands use
+  these: the store is a cache anyone who can write the directory can change.
+- :func:`log_root`, :func:`log_leaf_hashes`: that one pass over the log.
+
+Every hash is 32 bytes (RFC 9162 §2.1.1); indices and sizes are 0-based entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.format.framing import (
+    HEADER_SIZE,
+    Damage,
+    TornTail,
+    scan_stream,
+    split_frames,
+)
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.tree_store import TiledTree, TreeStore, TreeStoreError
+from evidence_ledger.tlog.merkle import EMPTY_ROOT, LEAF_PREFIX, CompactRange, leaf_hash
+from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
+from evidence_ledger.tlog.proofs import ConsistencyProof, InclusionProof, Prover
+
+__all__ = [
+    "log_leaf_hashes",
+    "log_root",
+    "prove_consistency",
+    "prove_consistency_checked",
+    "prove_inclusion",
+    "prove_inclusion_checked",
+    "prove_inclusions",
+]
+
+
+def prove_inclusions(
+    ledger: Ledger | str | os.PathLike[str] | None,
+    indices: Iterable[int],
+    tree_size: int | None = None,
+) -> list[InclusionProof]:
+    """Inclusion proofs (RFC 9162 §2.1.3.1) of entries ``indices`` in the ledger's tree of
+    ``tree_size`` leaves.
+
+    Brings the hash store up to date once (only new entries are hashed; nothing is
+    locked or written when there are none), then reads O(log n) stored hashes per
+    proof from one :class:`Prover`. Each leaf hash is re-read from the log (two
+    positioned reads) and must match the store.
+
+    Args:
+        ledger: the ledger or its directory.
+        indices: the entries' seqs; each requires ``0 <= index < tree_size``.
+        tree_size: defaults to the current number of entries.
+
+    Returns:
+        One proof per index, in the order given, all for the same tree size and root.
+
+    Raises:
+        UsageError: if there is no ledger or an argument is out of range (checked for
+            every index before any proof is made).
+        EvidenceError: if the log is damaged or disagrees with the hash store.
+    """
+    store = TreeStore(ledger)
+    tree = store.update()
+    wanted = list(indices)
+    size = tree.size if tree_size is None else tree_size
+    for index in wanted:
+        if not 0 <= index < size:
+            raise UsageError(f"want 0 <= seq < tree size, got seq {index}, tree size {size}")
+    if size > tree.size:
+        raise UsageError(f"tree size {size} is larger than the ledger ({tree.size} entries)")
+    prover = Prover(tree)
+    root = prover.root(size) if wanted else b""
+    out = []
+    for index, logged in zip(wanted, store.log_leaves(wanted), strict=True):
+        leaf = tree.leaf(index)
+        if logged != leaf:
+            raise TreeStoreError(
+                f"entry {index} in the log no longer matches the hash store: the log was "
+                "modified after it was hashed, or the store was (run verify)",
+                store.directory,
+            )
+        out.append(InclusionProof(index, size, leaf, root, tuple(prover.inclusion(index, size))))
+    return out
+
+
+def prove_inclusion(
+    ledger: Ledger | str | os.PathLike[str] | None, index: int, tree_size: int | None = None
+) -> InclusionProof:
+    """Inclusion proof of entry ``index`` in the ledger's tree of ``tree_size`` leaves.
+
+    As :func:`prove_inclusions` for one entry: brings the hash store up to date first
+    (cheap when nothing was appended), then reads O(log n) stored hashes. The leaf hash
+    is re-read from the log and must match the store.
+
+    Args:
+        ledger: the ledger or its directory.
+        index: the entry's seq; requires ``0 <= index < tree_size``.
+        tree_size: defaults to the current number of entries.
+
+    Raises:
+        UsageError: if there is no ledger or an argument is out of range.
+        EvidenceError: if the log is damaged or disagrees with the hash store.
+    """
+    return prove_inclusions(ledger, [index], tree_size)[0]
+
+
+def prove_consistency(
+    ledger: Ledger | str | os.PathLike[str] | None, size1: int, size2: int | None = None
+) -> ConsistencyProof:
+    """Consistency proof (RFC 9162 §2.1.4.1) between the ledger's trees of ``size1`` and
+    ``size2`` leaves.
+
+    As :func:`prove_inclusions`: brings the hash store up to date first, then reads
+    O(log n) stored hashes from one :class:`Prover`, trusting the store as it is.
+
+    Args:
+        ledger: the ledger or its directory.
+        size1: older size; requires ``0 < size1 <= size2``.
+        size2: newer size, defaults to the current number of entries.
+
+    Raises:
+        UsageError: if there is no ledger or a size is out of range.
+        EvidenceError: if the log is damaged or disagrees with the hash store.
+    """
+    tree = TreeStore(ledger).update()
+    size2 = tree.size if size2 is None else size2
+    if not 0 < size1 <= size2:
+        raise UsageError(f"want 0 < from <= to, got from {size1}, to {size2}")
+    if size2 > tree.size:
+        raise UsageError(f"size {size2} is larger than the ledger ({tree.size} entries)")
+    prover = Prover(tree)
+    return ConsistencyProof(
+        size1,
+        size2,
+        prover.root(size1),
+        prover.root(size2),
+        tuple(prover.consistency(size1, size2)),
+    )
+
+
+# -- proofs checked against the log ------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class _LogHead:
+    """What one pass over ``log.bin`` recomputed: the number of complete entries, the
+    roots at the sizes asked for (and at ``size``), and one leaf hash if asked for."""
+
+    size: int
+    roots: dict[int, bytes]
+    leaf: bytes | None
+
+
+_READ = 1 << 22  # bytes per read of the log
+
+
+def _damaged(index: int, reason: str) -> EvidenceError:
+    return EvidenceError(
+        f"the log is damaged at seq {index} ({reason}); run verify"
+    )
+
+
+def log_leaf_hashes(fd: int, size: int) -> Iterator[bytes]:
+    """Leaf hashes SHA-256(0x00 || entry bytes) (RFC 9162 §2.1.1), 32 bytes each, of
+    every entry in complete groups of the log open at ``fd`` (its first ``size`` bytes),
+    in order: what :func:`evidence_ledger.format.framing.scan_stream` reads, without
+    building a record per entry.
+
+    Frames are parsed by :func:`~evidence_ledger.format.framing.split_frames` from large
+    positioned reads (4 MiB, more for a larger frame) while every one checks out; at the
+    first that does not (a CRC or length that fails, or the end of the file inside a
+    group), the rest is read by :func:`~evidence_ledger.format.framing.scan_stream` from
+    the start of that group, so torn tails and damage are told apart exactly as every
+    reader does.
+
+    Raises:
+        EvidenceError: at the first damaged frame or record (after the entries before
+            it); a torn tail ends the log quietly.
+        OSError: if a read fails.
+    """
+    pending: list[bytes] = []  # leaves of the group being read
+    index = 0  # entries in complete groups so far
+    group = 0  # file offset of the group being read
+    pos = 0  # file offset of the next frame
+    need = HEADER_SIZE  # bytes the next frame takes, as far as is known
+    sha256, prefix = hashlib.sha256, LEAF_PREFIX
+    while pos < size:
+        if pos + need > size:
+            break  # the log ends inside a frame
+        buf = os.pread(fd, min(max(_READ, need), size - pos), pos)
+        if len(buf) < need:
+            break  # the file was cut short meanwhile
+        run = split_frames(buf)
+        if run.problem or run.bad_records:
+            break
+        hashes = [sha256(prefix + data).digest() for data in run.records]
+        if run.groups:
+            yield from pending
+            yield from hashes[: run.groups]
+            index += len(pending) + run.groups
+            pending = hashes[run.groups :]
+            group = pos + run.group_end
+        else:
+            pending += hashes
+        pos += run.end
+        need = run.need
+    else:
+        if not pending:
+            return  # read to the end of the log
+    # Something did not check out, or the log ends inside a group: read on from the
+    # start of that group as every reader does.
+    with os.fdopen(os.dup(fd), "rb", buffering=1 << 20) as fh:
+        for item in scan_stream(fh, size, group, index):
+            if isinstance(item, TornTail):
+                return
+            if isinstance(item, Damage):
+                raise _damaged(item.index, item.reason)
+            if not item.crc_ok:
+                raise _damaged(item.index, "record fails its CRC-32")
+            yield leaf_hash(item.data)
+
+
+def _log_head(ledger: Ledger, sizes: Iterable[int], leaf_index: int | None = None) -> _LogHead:
+    """Read ``log.bin`` once (never the ``tree/`` cache): the tree head and the roots at
+    ``sizes``. O(n): one leaf hash and about one node hash per entry, O(log n) memory.
+
+    Raises:
+        EvidenceError: if a record is damaged (a frame or record CRC fails), or the log
+            is not a regular file. A torn tail ends the log, as for every reader.
+    """
+    wanted = frozenset(sizes)
+    tree = CompactRange()
+    roots = {0: EMPTY_ROOT}
+    leaf: bytes | None = None
+    try:
+        fd = ledger.store.open_fd()
+    except FileNotFoundError:
+        return _LogHead(0, roots, None)
+    try:
+        append = tree.append
+        for hashed in log_leaf_hashes(fd, os.fstat(fd).st_size):
+            if tree.size == leaf_index:
+                leaf = hashed
+            append(hashed)
+            if tree.size in wanted:
+                roots[tree.size] = tree.root()
+    except OSError as exc:
+        raise EvidenceError(f"cannot read {ledger.store.path}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    roots[tree.size] = tree.root()
+    return _LogHead(tree.size, roots, leaf)
+
+
+def log_root(ledger: Ledger, size: int) -> bytes:
+    """The RFC 9162 root hash (32 bytes) of the first ``size`` entries, recomputed from
+    ``log.bin`` (never the ``tree/`` cache): one O(n) hashing pass.
+
+    Raises:
+        UsageError: if the log holds fewer than ``size`` entries.
+        EvidenceError: if a record is damaged or the log is not a regular file.
+    """
+    head = _log_head(ledger, (size,))
+    if size > head.size:
+        raise UsageError(f"tree size {size} is larger than the ledger ({head.size} entries)")
+    return head.roots[size]
+
+
+def _from_store(
+    ledger: Ledger, make: Callable[[TiledTree], _T], notice: Callable[[str], None] | None
+) -> _T:
+    """``make(tree)`` from the tree store; if the store fails, or ``make`` finds that its
+    proof does not verify against the log, rebuild the store from the log and retry once
+    (``notice`` gets one line saying so)."""
+    store = TreeStore(ledger)
+    try:
+        return make(store.update())
+    except (EvidenceError, UsageError) as exc:  # the arguments were checked against the log
+        reason = exc.problem if isinstance(exc, TreeStoreError) else str(exc)
+    result = make(store.rebuild())
+    if notice is not None:
+        notice(
+            f"the tree store {store.directory} did not match log.bin ({reason}); rebuilt it "
+            "from the log (run verify if the log should not have changed)"
+        )
+    return result
+
+
+def prove_inclusion_checked(
+    ledger: Ledger | str | os.PathLike[str] | None,
+    index: int,
+    tree_size: int | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> InclusionProof:
+    """Inclusion proof of entry ``index``, checked against the log itself.
+
+    The ``tree/`` store is a cache that anyone who can write the ledger directory can
+    change, and nothing in it can be checked without the log. So the root and the leaf
+    hash are recomputed from ``log.bin`` in one pass (O(n) hashing), the audit path is
+    read from the store (as :func:`prove_inclusion` reads it) and verified against them
+    (RFC 9162 §2.1.3.2). A store that fails or gives a path that does not verify is
+    rebuilt from the log and the proof made again; ``notice`` is told in one line. The
+    proof returned always verifies against the root of the log as it is.
+
+    Args:
+        ledger: the ledger or its directory.
+        index: the entry's seq; requires ``0 <= index < tree_size``.
+        tree_size: defaults to the number of entries in the log.
+        notice: called with one line when the store had to be rebuilt.
+
+    Raises:
+        UsageError: if there is no ledger or an argument is out of range.
+        EvidenceError: if the log is damaged (or not a regular file), or a proof from the
+            rebuilt store still does not verify (the log changed meanwhile).
+        StorageError: if the store cannot be rebuilt.
+    """
+    book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+    book.require_exists()
+    head = _log_head(book, () if tree_size is None else (tree_size,), index)
+    size = head.size if tree_size is None else tree_size
+    if not 0 <= index < size:
+        raise UsageError(f"want 0 <= seq < tree size, got seq {index}, tree size {size}")
+    if size > head.size:
+        raise UsageError(f"tree size {size} is larger than the ledger ({head.size} entries)")
+    leaf, root = head.leaf, head.roots[size]
+    assert leaf is not None
+
+    def make(tree: TiledTree) -> InclusionProof:
+        path = Prover(tree).inclusion(index, size)
+        verify_inclusion(index, size, leaf, path, root)
+        return InclusionProof(index, size, leaf, root, tuple(path))
+
+    return _from_store(book, make, notice)
+
+
+def prove_consistency_checked(
+    ledger: Ledger | str | os.PathLike[str] | None,
+    size1: int,
+    size2: int | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> ConsistencyProof:
+    """Consistency proof between the trees of ``size1`` and ``size2`` leaves, checked
+    against the log itself, as :func:`prove_inclusion_checked` checks an inclusion proof:
+    both roots are recomputed from ``log.bin`` and the proof verified against them
+    (RFC 9162 §2.1.4.2), rebuilding the store once if it does not.
+
+    Raises:
+        UsageError: if there is no ledger or a size is out of range.
+        EvidenceError: if the log is damaged (or not a regular file), or a proof from the
+            rebuilt store still does not verify.
+        StorageError: if the store cannot be rebuilt.
+    """
+    book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+    book.require_exists()
+    head = _log_head(book, {size1} if size2 is None else {size1, size2})
+    size2 = head.size if size2 is None else size2
+    if not 0 < size1 <= size2:
+        raise UsageError(f"want 0 < from <= to, got from {size1}, to {size2}")
+    if size2 > head.size:
+        raise UsageError(f"size {size2} is larger than the ledger ({head.size} entries)")
+    root1, root2 = head.roots[size1], head.roots[size2]
+
+    def make(tree: TiledTree) -> ConsistencyProof:
+        proof = Prover(tree).consistency(size1, size2)
+        verify_consistency(size1, size2, proof, root1, root2)
+        return ConsistencyProof(size1, size2, root1, root2, tuple(proof))
+
+    return _from_store(book, make, notice)

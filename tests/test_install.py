@@ -1,0 +1,138 @@
+"""The package as a user installs it: a wheel, in fresh virtual environments.
+
+- ``pip install evidence-ledger`` (the base install): ``--version``, ``verify-proof`` and
+  ``verify-checkpoint`` work; ``demo`` exits 2 naming the ``agents`` extra; neither
+  openai-agents, duckdb nor pyarrow is installed.
+- ``pip install 'evidence-ledger[all]'``: ``--version`` and ``demo`` work, and the README
+  quick start runs as written, in a directory that also holds folders named ``ledger/``
+  (a real ledger made by ``demo``) and ``cli/``.
+
+Installs from the package registry (like the release matrix), so it runs in that lane:
+``pytest -m release_matrix``. The venvs are cached under ``.cache/install-venvs/`` with
+the project's dependencies; the wheel is rebuilt and reinstalled (``--no-deps``) each run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from .helpers import ingest, run_cli
+from .test_readme import quick_start
+
+pytestmark = pytest.mark.release_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+VENVS = ROOT / ".cache" / "install-venvs"
+OPTIONAL = ("openai-agents", "duckdb", "pyarrow")
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, check=False,
+                          timeout=900)
+
+
+def _checked(cmd: list[str], cwd: Path | None = None) -> str:
+    done = _run(cmd, cwd)
+    assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def _requirements(extras: tuple[str, ...]) -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found = list(project["dependencies"])
+    for extra in extras:
+        found += project["optional-dependencies"][extra]
+    return found
+
+
+def _venv(name: str, requirements: list[str]) -> Path:
+    """``bin/`` of a cached venv holding ``requirements`` (rebuilt when they change)."""
+    venv, marker = VENVS / name, VENVS / name / ".installed"
+    if marker.exists() and marker.read_text().splitlines() == requirements:
+        return venv / "bin"
+    shutil.rmtree(venv, ignore_errors=True)
+    VENVS.mkdir(parents=True, exist_ok=True)
+    _checked([sys.executable, "-m", "venv", str(venv)])
+    _checked([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *requirements])
+    marker.write_text("\n".join(requirements) + "\n")
+    return venv / "bin"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built from this checkout."""
+    out = tmp_path_factory.mktemp("wheel")
+    _checked([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out),
+              str(ROOT)])
+    (built,) = out.glob("evidence_ledger-*.whl")
+    return built
+
+
+def _installed(name: str, extras: tuple[str, ...], wheel: Path) -> Path:
+    bin_dir = _venv(name, _requirements(extras))
+    _checked([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-deps",
+              "--force-reinstall", str(wheel)])
+    return bin_dir
+
+
+@pytest.fixture(scope="module")
+def evidence(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A bundle and a checkpoint, made by the development install."""
+    tmp = tmp_path_factory.mktemp("evidence")
+    ledger, key, bundle = tmp / "book", tmp / "signing.key", tmp / "bundle.json"
+    ingest(ledger)
+    vkey = run_cli("keygen", "--origin", "install.example/log", "--out", str(key)).out.strip()
+    assert run_cli("prove", "--ledger", str(ledger), "--key", str(key), "--out", str(bundle),
+                   "--run-id", "r1").code == 0
+    return {"vkey": vkey, "bundle": str(bundle),
+            "checkpoint": str(ledger / "checkpoints" / "00000001.note")}
+
+
+def test_the_base_install_verifies_and_names_missing_extras(wheel, evidence, tmp_path):
+    bin_dir = _installed("base", (), wheel)
+    listed = {line.split("==")[0].lower()
+              for line in _checked([str(bin_dir / "python"), "-m", "pip", "freeze"]).split()}
+    assert "evidence-ledger" in listed
+    assert listed.isdisjoint(OPTIONAL), sorted(listed & set(OPTIONAL))
+    cli = str(bin_dir / "evidence-ledger")
+    version = _checked([str(bin_dir / "python"), "-c",
+                        "import evidence_ledger as el; print(el.__version__)"]).strip()
+    assert _checked([cli, "--version"], tmp_path) == f"evidence-ledger {version}\n"
+    proof = json.loads(_checked([cli, "verify-proof", evidence["bundle"], "--verifier-key",
+                                 evidence["vkey"], "--json"], tmp_path))
+    assert proof["selection"] == {"mode": "run", "run_id": "r1", "call_id": None}
+    assert _checked([cli, "verify-checkpoint", evidence["checkpoint"], "--verifier-key",
+                     evidence["vkey"]], tmp_path).startswith(
+        "checkpoint OK: origin install.example/log, tree size ")
+    demo = _run([cli, "demo", "--ledger", "new"], tmp_path)
+    assert (demo.returncode, demo.stdout) == (2, "")
+    assert demo.stderr == ("evidence-ledger: error: demo needs the 'agents' extra (agents is "
+                           "not installed): pip install 'evidence-ledger[agents]'\n")
+
+
+def test_the_full_install_runs_the_demo_and_the_quick_start(wheel, tmp_path):
+    bin_dir = _installed("all", ("agents", "query"), wheel)
+    python, cli = str(bin_dir / "python"), str(bin_dir / "evidence-ledger")
+    origin = _checked([python, "-c", "import evidence_ledger; print(evidence_ledger.__file__)"],
+                      tmp_path)
+    assert Path(origin.strip()).is_relative_to(bin_dir.parent), origin  # the wheel, not ROOT
+    demo = _run([cli, "demo", "--ledger", "ledger"], tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    assert "OK: " in demo.stdout and (tmp_path / "ledger" / "log.bin").is_file()
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "__init__.py").write_text("raise ImportError('the shadowing cli/')\n")
+    script, expected = quick_start()
+    (tmp_path / "quickstart.py").write_text(script)
+    done = _run([python, "quickstart.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == expected.splitlines()

@@ -1,0 +1,146 @@
+"""The public API: ``evidence_ledger.__all__``, its version, and lazy loading.
+
+Verifying needs only the base install: ``--version``, ``verify-proof`` and
+``verify-checkpoint`` run with the Agents SDK, DuckDB and pyarrow unimportable, and a
+command that needs one of them exits 2 naming the extra to install. The real installs
+(a wheel in fresh venvs) are checked by ``tests/test_install.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import evidence_ledger as el
+
+from .helpers import ingest, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+OPTIONAL = ("agents", "duckdb", "pyarrow")
+
+# Run in a fresh interpreter: the optional packages cannot be imported, then the CLI runs
+# with sys.argv[1:]; prints which optional modules got loaded, then the exit code.
+BLOCKED = f"""
+import sys
+OPTIONAL = {OPTIONAL!r}
+
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in OPTIONAL:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, Blocker())
+from evidence_ledger.cli.main import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+loaded = sorted(m for m in sys.modules if m.partition(".")[0] in OPTIONAL)
+print("LOADED", loaded, "EXIT", code, file=sys.stderr)
+"""
+
+
+def _without_extras(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", BLOCKED, *args], capture_output=True,
+                          text=True, cwd=cwd, check=False, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def evidence(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
+    """A ledger with a stored checkpoint and a bundle proving run-1, made with all extras."""
+    tmp = tmp_path_factory.mktemp("evidence")
+    ledger, key, bundle = tmp / "book", tmp / "signing.key", tmp / "bundle.json"
+    ingest(ledger)
+    vkey = run_cli("keygen", "--origin", "test.example/log", "--out", str(key)).out.strip()
+    assert run_cli("checkpoint", "--ledger", str(ledger), "--key", str(key)).code == 0
+    proved = run_cli("prove", "--ledger", str(ledger), "--key", str(key), "--out", str(bundle),
+                     "--all")
+    assert proved.code == 0, proved.err
+    return {"tmp": tmp, "ledger": ledger, "vkey": vkey, "bundle": bundle,
+            "checkpoint": ledger / "checkpoints" / "00000001.note"}
+
+
+def test_all_names_the_public_api_and_each_loads():
+    public = set(el._PUBLIC)
+    assert set(el.__all__) == public | {"__version__"}
+    for name in sorted(public):
+        assert getattr(el, name).__name__ == name.rpartition(".")[2]
+    assert el.Ledger.__module__ == "evidence_ledger.api.handle"
+    with pytest.raises(AttributeError, match="no attribute 'EvidenceWriter'"):
+        _ = el.EvidenceWriter
+
+
+def test_the_version_is_one_string_in_one_place():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["dynamic"] == ["version"]
+    attr = project["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert attr == "evidence_ledger.__version__"
+    assert run_cli("--version").out == f"evidence-ledger {el.__version__}\n"
+
+
+def test_importing_the_package_loads_nothing_optional():
+    code = ("import sys, evidence_ledger as el; el.verify_bundle; el.Ledger; "
+            f"print(sorted(m for m in sys.modules if m.partition('.')[0] in {OPTIONAL!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout == "[]\n"
+
+
+def test_version_without_the_extras(tmp_path: Path):
+    done = _without_extras("--version", cwd=tmp_path)
+    assert done.stdout == f"evidence-ledger {el.__version__}\n"
+    assert done.stderr.endswith("LOADED [] EXIT 0\n"), done.stderr
+
+
+def test_verify_proof_without_the_extras(evidence):
+    done = _without_extras("verify-proof", str(evidence["bundle"]), "--verifier-key",
+                           str(evidence["vkey"]), "--json", cwd=evidence["tmp"])
+    assert done.stderr.endswith("LOADED [] EXIT 0\n"), done.stderr
+    assert json.loads(done.stdout)["verdict"]["ok"] is True
+
+
+def test_verify_checkpoint_without_the_extras(evidence):
+    done = _without_extras("verify-checkpoint", str(evidence["checkpoint"]),
+                           "--verifier-key", str(evidence["vkey"]), cwd=evidence["tmp"])
+    assert done.stderr.endswith("LOADED [] EXIT 0\n"), done.stderr
+    assert done.stdout.startswith("checkpoint OK: origin test.example/log, tree size ")
+
+
+def test_verify_without_the_extras(evidence):
+    done = _without_extras("verify", "--ledger", str(evidence["ledger"]), "--verifier-key",
+                           str(evidence["vkey"]), cwd=evidence["tmp"])
+    assert done.stderr.endswith("LOADED [] EXIT 0\n"), done.stderr
+
+
+@pytest.mark.parametrize(("args", "extra", "what"), [
+    (("demo", "--ledger", "new"), "agents", "demo"),
+    (("query", "SELECT 1"), "query", "query"),
+    (("trace", "c-1"), "query", "trace"),
+    (("export", "--format", "csv", "--out", "exported"), "query", "export"),
+])
+def test_a_command_whose_extra_is_missing_names_it(evidence, args, extra, what):
+    ledger = () if args[0] == "demo" else ("--ledger", str(evidence["ledger"]))
+    done = _without_extras(*args, *ledger, cwd=evidence["tmp"])
+    assert done.stdout == ""
+    first, last = done.stderr.splitlines()
+    assert first == (f"evidence-ledger: error: {what} needs the '{extra}' extra "
+                     f"({'agents' if extra == 'agents' else 'duckdb'} is not installed): "
+                     f"pip install 'evidence-ledger[{extra}]'")
+    assert last.endswith("EXIT 2")
+    assert not (evidence["tmp"] / "new").exists() and not (evidence["tmp"] / "exported").exists()
+
+
+def test_the_recorder_without_its_extra_names_it(tmp_path: Path):
+    code = BLOCKED.split("from evidence_ledger.cli.main")[0] + (
+        "import evidence_ledger as el\n"
+        "try:\n    el.Recorder\nexcept el.MissingExtraError as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=tmp_path)
+    assert done.stdout == ("Recorder needs the 'agents' extra (agents is not installed): "
+                           "pip install 'evidence-ledger[agents]'\n")
