@@ -37,7 +37,7 @@ from evidence_ledger.format.entries import Entry
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.hooks import IGNORED_HANDOFF
 from evidence_ledger.record.integrations.openai_agents import Recorder
-from evidence_ledger.record.integrations.recorded_session import RecordedSession
+from evidence_ledger.record.integrations.recorded_session import recorded_session
 from evidence_ledger.record.integrations.run_states import RUN_ID_KEY, RUN_STATE_KEY, state_run_id
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.audit import verify_ledger
@@ -694,7 +694,7 @@ async def test_tool_input_guardrail_block_and_custom_rejection(tmp_path: Path) -
 
 async def test_session_removals_are_recorded(tmp_path: Path) -> None:
     recorder = Recorder(tmp_path)
-    session = RecordedSession(recorder.writer, SQLiteSession("edit", ":memory:"))
+    session = recorded_session(recorder.writer, SQLiteSession("edit", ":memory:"))
     await session.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
     popped = await session.pop_item()
     await session.clear_session()

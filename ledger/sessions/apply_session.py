@@ -41,7 +41,7 @@ async def repair_session(
     entries) and a marker ``<ledger>/repairs/<repair_id>.json`` names it, so the history
     can be put back; :func:`pending_repair_notices` reports the marker until the
     ``session_repair`` entries are appended. Prefer :func:`apply_store_repair` for a
-    SQLite file (one transaction). Wrap a ``RecordedSession`` to also record the
+    SQLite file (one transaction). Wrap it with ``recorded_session`` to also record the
     rewrite as ``session_item`` entries (``clear`` then ``add``).
 
     Args:

@@ -14,7 +14,7 @@ Usage::
 ``Runner.run`` / ``Runner.run_streamed``. Before each run they :func:`attach` recording
 to the starting agent and to every agent reachable from it through ``Agent.as_tool`` or
 an ``Agent`` listed in ``handoffs`` (call :func:`attach` on the target of a ``Handoff``
-object yourself), and wrap the ``session`` argument in a :class:`RecordedSession`.
+object yourself), and wrap the ``session`` argument with :func:`recorded_session`.
 What is recorded, and from where:
 
 - ``call``: each ``function_call`` in a model response (``on_llm_end`` agent hook);
@@ -106,7 +106,7 @@ from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.group_commit import Journal
 from evidence_ledger.record.integrations.hooks import attach, pending_handoffs
 from evidence_ledger.record.integrations.legs import Leg, entered
-from evidence_ledger.record.integrations.recorded_session import RecordedSession
+from evidence_ledger.record.integrations.recorded_session import is_recorded, recorded_session
 from evidence_ledger.record.integrations.run_states import (
     RUN_ID_KEY,
     RUN_STATE_KEY,
@@ -127,6 +127,12 @@ DURABILITY = ("group", "entry")
 
 def _status(result: RunResult | RunResultStreaming) -> str:
     return "interrupted" if result.interruptions else "completed"
+
+
+def _finished(result: RunResultStreaming) -> bool:
+    """True when a stream left early still ran to its end (the SDK's ``stream_events``,
+    closed, waits for its run) without an error."""
+    return bool(result.is_complete) and getattr(result, "_stored_exception", None) is None
 
 
 class Recorder:
@@ -189,7 +195,8 @@ class Recorder:
         """``Runner.run_streamed(agent, input, **kwargs)``, recorded.
 
         The ``run_end`` entry is written when ``stream_events()`` ends, before it returns
-        to the caller: ``failed`` when it raises or is left before its end. The leg's
+        to the caller: ``failed`` when it raises, or when it is left before its end and the
+        run did not finish. Closing it (``aclose()``) closes the SDK's stream as well. The leg's
         evidence and its ``run_end`` are durable when ``stream_events()`` ends.
 
         Raises:
@@ -203,13 +210,18 @@ class Recorder:
         events = result.stream_events
 
         async def recorded_events() -> AsyncIterator[StreamEvent]:
-            status = "failed"
+            inner = events()
+            ended = False
             try:
-                async for event in events():
+                async for event in inner:
                     yield event
-                status = _status(result)
+                ended = True
             finally:
-                self._finish(frame, status)
+                try:
+                    await inner.aclose()  # closed early (aclose): the SDK's cleanup runs
+                finally:
+                    self._finish(frame, _status(result) if ended or _finished(result)
+                                 else "failed")
 
         result.stream_events = recorded_events  # type: ignore[method-assign]
         return result
@@ -246,8 +258,8 @@ class Recorder:
         attach(agent)
         since = self._journal.failures if self._group else None
         session = kwargs.get("session")
-        if session is not None and not isinstance(session, RecordedSession):
-            kwargs["session"] = RecordedSession(self.writer, session)
+        if session is not None and not is_recorded(session):
+            kwargs["session"] = recorded_session(self.writer, session)
         if isinstance(input, RunState):
             info = self._adopt(input, since=since, resume=True)
             return Leg(self._journal, since, info.run_id, run_state=info.state_id,
