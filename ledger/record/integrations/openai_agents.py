@@ -218,7 +218,9 @@ class Recorder:
                 ended = True
             finally:
                 try:
-                    await inner.aclose()  # closed early (aclose): the SDK's cleanup runs
+                    close = getattr(inner, "aclose", None)  # an async generator in the SDK
+                    if close is not None:
+                        await close()  # closed early (aclose): the SDK's cleanup runs
                 finally:
                     self._finish(frame, _status(result) if ended or _finished(result)
                                  else "failed")
