@@ -15,6 +15,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 
 from evidence_ledger import Recorder
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -50,3 +51,50 @@ async def test_aclose_on_the_recorded_stream_closes_the_sdks(tmp_path: Path):
     assert recorded.final_output == plain.final_output == "done"
     ends = [e.body["status"] for e, _ in Ledger(tmp_path).entries() if e.kind == "run_end"]
     assert ends == ["completed"]
+
+
+@function_tool(needs_approval=True)
+def refund(amount: str) -> str:
+    """Refund (gated)."""
+    return f"refunded {amount}"
+
+
+@function_tool(needs_approval=True)
+def issue_credit(amount: str) -> str:
+    """Credit an account (gated)."""
+    return f"credited {amount}"
+
+
+def _one_call_id_in_two_scopes() -> Agent[Any]:
+    billing = Agent(name="billing", tools=[issue_credit], model=ScriptedModel([
+        ModelStep(output=[function_call("issue_credit", {"amount": "5"}, call_id="c-1")]),
+        ModelStep(output=[assistant_message("credited")]),
+    ]))
+    return Agent(name="support", model=ScriptedModel([
+        ModelStep(output=[
+            function_call("refund", {"amount": "20"}, call_id="c-1"),
+            function_call("ask_billing", {"input": "credit 5"}, call_id="c-2"),
+        ]),
+        ModelStep(output=[assistant_message("done")]),
+    ]), tools=[refund, billing.as_tool(tool_name="ask_billing", tool_description="Billing.")])
+
+
+async def test_one_call_id_in_two_scopes_is_told_apart_by_its_agent(tmp_path: Path):
+    recorder = Recorder(tmp_path)
+    agent = _one_call_id_in_two_scopes()
+    result = await recorder.run(agent, "refund 20, credit 5")
+    state = result.to_state()
+    pending = state.get_interruptions()
+    assert sorted((i.agent.name, i.call_id) for i in pending) == [
+        ("billing", "c-1"), ("support", "c-1")]
+    for item in pending:
+        recorder.approve(state, item, approver="alice")
+    result = await recorder.run(agent, state)
+    assert result.final_output == "done"
+    decisions = [(e.body["agent"], e.body["scope"]) for e, _ in Ledger(tmp_path).entries()
+                 if e.kind == "decision"]
+    assert sorted(decisions) == [("billing", ["ask_billing:c-2"]), ("support", [])]
+    ran = sorted((e.body["tool"], e.body["scope"]) for e, _ in Ledger(tmp_path).entries()
+                 if e.kind == "execution")
+    assert ("issue_credit", ["ask_billing:c-2"]) in ran and ("refund", []) in ran
+    assert verify_ledger(Ledger(tmp_path)).violations == []

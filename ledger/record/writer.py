@@ -130,6 +130,7 @@ class EvidenceWriter:
         """Drop every index; the next append re-reads the log from the start."""
         self._tail = Tail(0, ZERO_HASH, 0)
         self._calls: dict[CallKey, bytes] = {}
+        self._call_agents: dict[CallKey, str] = {}
         self._calls_by_id: dict[tuple[str, str], list[bytes]] = {}
         self._ingested: set[bytes] = set()
 
@@ -140,6 +141,7 @@ class EvidenceWriter:
         if entry.kind == "call":
             key = (body["run_id"], tuple(body["scope"]), body["call_id"])
             self._calls[key] = hash_
+            self._call_agents[key] = body["agent"]
             self._calls_by_id.setdefault((body["run_id"], body["call_id"]), []).append(hash_)
         elif entry.kind == "ingest":
             self._ingested.add(body["file_sha256"])
@@ -160,13 +162,18 @@ class EvidenceWriter:
         """Entries in the log as this writer knows it, pending ones of an open group included."""
         return (self._next or self._tail).size
 
-    def call_scopes(self, run_id: str, call_id: str) -> list[Scope]:
-        """Scopes of the recorded calls with this ``(run_id, call_id)``, oldest first.
+    def call_scopes(self, run_id: str, call_id: str, agent: str | None = None) -> list[Scope]:
+        """Scopes of the recorded calls with this ``(run_id, call_id)``, oldest first; when
+        there are several and ``agent`` is given, those of calls ``agent`` made (one
+        ``call_id`` at top level and inside a nested agent).
 
         Catches up with entries other writers appended (takes the writer lock).
         """
         with self.atomic():
-            return [scope for (run, scope, call) in self._calls if (run, call) == (run_id, call_id)]
+            keys = [key for key in self._calls if (key[0], key[2]) == (run_id, call_id)]
+            if len(keys) > 1 and agent is not None:
+                keys = [key for key in keys if self._call_agents.get(key) == agent]
+            return [scope for _, scope, _ in keys]
 
     def already_ingested(self, file_sha256: bytes) -> bool:
         """True when an ``ingest`` entry names a file with this 32-byte SHA-256."""

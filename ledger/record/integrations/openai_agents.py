@@ -397,12 +397,20 @@ class Recorder:
         matches = [i for i in state.get_interruptions() if i.call_id == item.call_id]
         if not matches:
             raise UsageError(f"no pending interruption with call_id {item.call_id!r}")
+        agent = _agent_name(item)
+        matches = [i for i in matches if i is item] or [
+            i for i in matches if _agent_name(i) == agent] or matches
         call_id = str(item.call_id)
-        scopes = self._journal.read(lambda writer: writer.call_scopes(run_id, call_id))
+        scopes = self._journal.read(lambda writer: writer.call_scopes(run_id, call_id, agent))
         if len(scopes) != 1:
             found = "was not recorded" if not scopes else f"is in {len(scopes)} scopes"
             raise UsageError(f"call {item.call_id!r} of run {run_id} {found}")
         return matches[0], run_id, scopes[0]
+
+
+def _agent_name(item: ToolApprovalItem) -> str | None:
+    """The name of the agent whose tool call ``item`` is."""
+    return getattr(getattr(item, "agent", None), "name", None)
 
 
 def _decision(

@@ -188,7 +188,7 @@ def record_state(
     def write(writer: EvidenceWriter) -> None:
         found = []
         for item in pending:
-            scopes = writer.call_scopes(info.run_id, item.call_id)
+            scopes = writer.call_scopes(info.run_id, item.call_id, item.agent)
             found.append(item._replace(scope=scopes[0] if len(scopes) == 1 else None))
         writer.run_state(
             run_id=info.run_id, state_id=info.state_id, parent=info.parent, event=event,
