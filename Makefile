@@ -53,3 +53,10 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .cache demo-out .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+## compat: the SDK's own tests (tests/compat/files.txt) run plain, then with every run and
+## decision recorded and each test's ledger verified; sdist and venv cached in .cache/compat/
+.PHONY: compat
+COMPAT_SDK ?= 0.24.0
+compat: $(STAMP)
+	$(BIN)/python -m tests.compat.run --sdk $(COMPAT_SDK)

@@ -129,7 +129,7 @@ def __getattr__(name: str) -> Any:
     if name in _EXTRA:
         from evidence_ledger.api.extras import load
 
-        value = getattr(load(module, _EXTRA[name], name), name)
+        value = getattr(load(module, _EXTRA[name], name), name)  # MissingExtraError
     else:
         value = getattr(importlib.import_module(module), name)
     globals()[name] = value

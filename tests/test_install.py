@@ -116,8 +116,9 @@ def test_the_base_install_verifies_and_names_missing_extras(wheel, evidence, tmp
         "checkpoint OK: origin install.example/log, tree size ")
     demo = _run([cli, "demo", "--ledger", "new"], tmp_path)
     assert (demo.returncode, demo.stdout) == (2, "")
-    assert demo.stderr == ("evidence-ledger: error: demo needs the 'agents' extra (agents is "
-                           "not installed): pip install 'evidence-ledger[agents]'\n")
+    assert demo.stderr == ("evidence-ledger: error: demo needs the 'agents' extra "
+                           "(openai-agents is not installed): "
+                           "pip install 'evidence-ledger[agents]'\n")
 
 
 def test_the_full_install_runs_the_demo_and_the_quick_start(wheel, tmp_path):

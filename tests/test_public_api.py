@@ -130,7 +130,7 @@ def test_a_command_whose_extra_is_missing_names_it(evidence, args, extra, what):
     assert done.stdout == ""
     first, last = done.stderr.splitlines()
     assert first == (f"evidence-ledger: error: {what} needs the '{extra}' extra "
-                     f"({'agents' if extra == 'agents' else 'duckdb'} is not installed): "
+                     f"({'openai-agents' if extra == 'agents' else 'duckdb'} is not installed): "
                      f"pip install 'evidence-ledger[{extra}]'")
     assert last.endswith("EXIT 2")
     assert not (evidence["tmp"] / "new").exists() and not (evidence["tmp"] / "exported").exists()
@@ -142,5 +142,40 @@ def test_the_recorder_without_its_extra_names_it(tmp_path: Path):
         "try:\n    el.Recorder\nexcept el.MissingExtraError as exc:\n    print(exc)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=tmp_path)
-    assert done.stdout == ("Recorder needs the 'agents' extra (agents is not installed): "
+    assert done.stdout == ("Recorder needs the 'agents' extra (openai-agents is not installed): "
                            "pip install 'evidence-ledger[agents]'\n")
+
+
+def test_keys_are_passed_one_way_and_a_wrong_type_is_named(evidence, tmp_path: Path):
+    ledger, vkey = el.Ledger(evidence["ledger"]), str(evidence["vkey"])
+    assert ledger.verify(vkey).ok and ledger.verify([vkey]).ok  # one string is one key
+    assert el.verify_bundle(evidence["bundle"], vkey).ok
+    key = el.SigningKey.generate(tmp_path / "k.key", "test.example/log")
+    with pytest.raises(TypeError, match=r"not SigningKey: pass key\.verifier_key"):
+        ledger.verify([key])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"SigningKey objects \(SigningKey.load\(path\)\), not str"):
+        ledger.checkpoint(str(tmp_path / "k.key"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not PosixPath"):
+        ledger.prove(tmp_path / "b.json", tmp_path / "k.key", whole_log=True)  # type: ignore[arg-type]
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_a_ledger_that_cannot_be_made_is_bad_usage(tmp_path: Path):
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(el.UsageError, match="afile is not a directory"):
+        el.Ledger(tmp_path / "afile" / "x", create=True)
+    events = ROOT / "tests" / "data" / "rules" / "valid.jsonl"
+    done = run_cli("ingest", str(events), "--ledger", str(tmp_path / "afile" / "x"))
+    assert (done.code, done.out) == (2, "")
+    assert done.err == (f"evidence-ledger: error: cannot create {tmp_path}/afile/x: "
+                        f"{tmp_path}/afile is not a directory\n")
+
+
+def test_a_long_signer_key_is_shown_whole(tmp_path: Path):
+    ingest(tmp_path / "book")
+    signer = el.SigningKey.generate(tmp_path / "long.key", "a-long-name-" + "x" * 100 + ".example")
+    el.Ledger(tmp_path / "book").prove(tmp_path / "b.json", signer, whole_log=True)
+    other = el.SigningKey.generate(tmp_path / "other.key", "other.example/log")
+    with pytest.raises(el.EvidenceError) as raised:
+        el.verify_bundle(tmp_path / "b.json", other.verifier_key)
+    assert f"signed by {signer.verifier_key}, not by the given key" in str(raised.value)

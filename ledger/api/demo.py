@@ -53,8 +53,7 @@ class DemoResult:
 
 def _require_fresh(directory: Path) -> None:
     """Refuse a target that exists and is not an empty directory."""
-    if os.path.lexists(directory) and not directory.is_dir():
-        raise UsageError(f"{directory} is not a directory; --ledger names a ledger directory")
+    Ledger(directory, create=True)  # a directory, or a path where one can be made
     try:
         empty = not directory.exists() or next(directory.iterdir(), None) is None
     except OSError as exc:

@@ -17,16 +17,17 @@ from evidence_ledger.format.errors import UsageError
 __all__ = ["EXTRAS", "MissingExtraError", "load"]
 
 EXTRAS = {
-    "agents": ("agents",),
-    "query": ("duckdb", "pyarrow"),
+    "agents": {"agents": "openai-agents"},
+    "query": {"duckdb": "duckdb", "pyarrow": "pyarrow"},
 }
-"""Extra name -> the top-level modules it installs."""
+"""Extra name -> the top-level modules it installs -> the package that installs each."""
 
 
 class MissingExtraError(UsageError):
     """A feature needs an optional extra that is not installed (exit code 2)."""
 
     def __init__(self, extra: str, what: str, missing: str) -> None:
+        """``missing``: the package (distribution) name that is not installed."""
         super().__init__(
             f"{what} needs the '{extra}' extra ({missing} is not installed): "
             f"pip install 'evidence-ledger[{extra}]'"
@@ -51,5 +52,5 @@ def load(module: str, extra: str, what: str) -> ModuleType:
     except ImportError as exc:
         missing = (exc.name or "").partition(".")[0]
         if missing in EXTRAS[extra]:
-            raise MissingExtraError(extra, what, missing) from exc
+            raise MissingExtraError(extra, what, EXTRAS[extra][missing]) from exc
         raise

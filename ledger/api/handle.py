@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evidence_ledger.api.extras import load
-from evidence_ledger.api.keys import SigningKey
+from evidence_ledger.api.keys import SigningKey, signing_keys
+from evidence_ledger.api.keys import verifier_keys as verifier_key_strings
 from evidence_ledger.format.digests import from_text
 from evidence_ledger.format.entries import KINDS, entry_json
 from evidence_ledger.format.errors import UsageError
@@ -65,8 +66,8 @@ class Ledger:
             yet, and is created by the first append. Else it must hold one.
 
     Raises:
-        UsageError: if the path exists and is not a directory, or (unless ``create``)
-            holds no ledger. Nothing is created either way.
+        UsageError: if the path exists and is not a directory, (unless ``create``) holds
+            no ledger, or (``create``) cannot be made. Nothing is created either way.
     """
 
     def __init__(self, directory: Source | None = None, *, create: bool = False) -> None:
@@ -77,6 +78,8 @@ class Ledger:
             )
         if not create:
             book.require_exists()
+        else:
+            _refuse_uncreatable(book.directory)
         self._book = book
 
     @property
@@ -118,7 +121,7 @@ class Ledger:
 
     def verify(
         self,
-        verifier_keys: Sequence[str] = (),
+        verifier_keys: str | Sequence[str] = (),
         trusted_checkpoints: Sequence[Source] = (),
         *,
         payloads: bool = True,
@@ -140,10 +143,12 @@ class Ledger:
 
         Raises:
             UsageError: for a malformed verifier key or an unreadable trusted checkpoint.
+            TypeError: for a verifier key that is not a string.
             EvidenceError: if the log cannot be read.
         """
         trusted = [read_input(path) for path in trusted_checkpoints]
-        report = verify_ledger(self._book, list(verifier_keys), trusted, payloads=payloads)
+        keys = verifier_key_strings(verifier_keys)
+        report = verify_ledger(self._book, keys, trusted, payloads=payloads)
         report.notices.extend(pending_repair_notices(self._book))
         return report
 
@@ -311,7 +316,7 @@ class Ledger:
                 that differs from the stored checkpoints'.
             EvidenceError: if the log is damaged or does not extend the latest checkpoint.
         """
-        keys = [keys] if isinstance(keys, SigningKey) else list(keys)
+        keys = signing_keys(keys)
         for key in keys:
             refuse_key_inside(self.directory, key.path)
         return create_checkpoint(self._book, [key.signer for key in keys])
@@ -339,8 +344,11 @@ class Ledger:
         from evidence_ledger.bundle.build import build_bundle, refuse_existing, write_bundle
         from evidence_ledger.bundle.verify import Selection
 
+        (key,) = signing_keys(key)
         if whole_log and (call_id is not None or run_id is not None):
-            raise UsageError("--all proves the whole log; drop --call-id and --run-id")
+            raise UsageError(
+                "--all proves the whole log (whole_log); drop --call-id and --run-id"
+            )
         if whole_log:
             selection = Selection("all")
         elif call_id is not None:
@@ -349,7 +357,8 @@ class Ledger:
             selection = Selection("run", run_id)
         else:
             raise UsageError(
-                "say what to prove: --call-id ID [--run-id R], --run-id ID, or --all"
+                "say what to prove: --call-id ID [--run-id R], --run-id ID, or --all "
+                "(call_id, run_id or whole_log)"
             )
         refuse_existing(Path(out))
         refuse_key_inside(self.directory, key.path)
@@ -422,6 +431,20 @@ class SessionRepair:
         if self.plan.refusals:
             raise UsageError("the plan refuses an orphan output; nothing to apply")
         return apply_store_repair(self.plan, self._writer, by=by, backup=backup)
+
+
+def _refuse_uncreatable(directory: Path) -> None:
+    """Raise :class:`UsageError` when ``directory`` does not exist and cannot be made: its
+    nearest existing ancestor is not a directory, or is not writable."""
+    if os.path.lexists(directory):
+        return
+    ancestor = directory.absolute().parent
+    while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"cannot create {directory}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot create {directory}: {ancestor} is not writable")
 
 
 def _quiet(line: str) -> None:

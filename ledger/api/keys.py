@@ -10,12 +10,13 @@ always its string, ``<name>+<hex8 key ID>+<base64(0x01 || 32-byte Ed25519 public
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from evidence_ledger.storage.keys import check_new_key_path, keygen, load_signer
 from evidence_ledger.tlog.note import Signer
 
-__all__ = ["SigningKey"]
+__all__ = ["SigningKey", "signing_keys", "verifier_keys"]
 
 
 class SigningKey:
@@ -68,3 +69,32 @@ class SigningKey:
 
     def __repr__(self) -> str:
         return f"SigningKey({str(self.path)!r}, verifier_key={self.verifier_key!r})"
+
+
+def verifier_keys(keys: str | Iterable[str]) -> list[str]:
+    """``keys`` as a list of C2SP verifier key strings (one string is one key).
+
+    Raises:
+        TypeError: for anything but strings (a :class:`SigningKey` names its string as
+            ``key.verifier_key``).
+    """
+    found = [keys] if isinstance(keys, str) or not isinstance(keys, Iterable) else list(keys)
+    for key in found:
+        if not isinstance(key, str):
+            hint = ": pass key.verifier_key" if isinstance(key, SigningKey) else ""
+            raise TypeError(f"verifier keys are C2SP key strings, not {type(key).__name__}{hint}")
+    return found
+
+
+def signing_keys(keys: SigningKey | Iterable[SigningKey]) -> list[SigningKey]:
+    """``keys`` as a list of :class:`SigningKey` (one key is a list of one).
+
+    Raises:
+        TypeError: for anything else (a key file's path: ``SigningKey.load(path)``).
+    """
+    found = [keys] if not isinstance(keys, Iterable) else list(keys)
+    for key in found:
+        if not isinstance(key, SigningKey):
+            raise TypeError(f"signing keys are SigningKey objects (SigningKey.load(path)), "
+                            f"not {type(key).__name__}")
+    return found

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from evidence_ledger.api.keys import verifier_keys as _strings
 from evidence_ledger.bundle.verify import VerifiedBundle
 from evidence_ledger.bundle.verify import verify_bundle as _verify_bundle
 from evidence_ledger.sessions.report import ScanReport, scan_store
@@ -29,7 +30,7 @@ def _bytes(evidence: Evidence) -> bytes:
     return evidence if isinstance(evidence, bytes) else read_input(evidence)
 
 
-def verify_bundle(bundle: Evidence, verifier_keys: Sequence[str]) -> VerifiedBundle:
+def verify_bundle(bundle: Evidence, verifier_keys: str | Sequence[str]) -> VerifiedBundle:
     """Verify a proof bundle offline: the DSSE signature, the signed checkpoint, every
     inclusion proof, hash link and bundled payload, and the verdict re-derived from the
     bundled entries (see ``evidence_ledger.bundle.verify``).
@@ -47,12 +48,12 @@ def verify_bundle(bundle: Evidence, verifier_keys: Sequence[str]) -> VerifiedBun
         BundleError: (an EvidenceError, exit 1) naming the part that is not authentic.
         UsageError: for no key, a malformed or ambiguous key, or an unreadable file.
     """
-    verifiers = [Verifier.from_vkey(v) for v in verifier_keys]
+    verifiers = [Verifier.from_vkey(v) for v in _strings(verifier_keys)]
     return _verify_bundle(_bytes(bundle), verifiers)
 
 
 def verify_checkpoint(
-    note: Evidence, verifier_keys: Sequence[str], origin: str | None = None
+    note: Evidence, verifier_keys: str | Sequence[str], origin: str | None = None
 ) -> VerifiedCheckpoint:
     """Verify a C2SP signed checkpoint (c2sp.org/tlog-checkpoint) against trusted keys.
 
@@ -66,7 +67,7 @@ def verify_checkpoint(
             signature by a trusted key.
         UsageError: for a malformed key or an unreadable file.
     """
-    verifiers = [Verifier.from_vkey(v) for v in verifier_keys]
+    verifiers = [Verifier.from_vkey(v) for v in _strings(verifier_keys)]
     return _verify_checkpoint(_bytes(note), verifiers, origin)
 
 

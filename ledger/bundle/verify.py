@@ -192,6 +192,12 @@ def _printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in text)
 
 
+def _cut(text: str, most: int = 200) -> str:
+    """``text`` (untrusted, e.g. a key id from an envelope) shortened to ``most`` characters,
+    with an ellipsis when cut, so a cut value is never mistaken for a whole one."""
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
 def _show(value: Any) -> str:
     """A short, safe rendering of an untrusted JSON value for an error message."""
     if type(value) is str:
@@ -639,7 +645,7 @@ def _check_dsse(envelope: Envelope, verifiers: Sequence[Verifier]) -> set[str]:
             detail = "the signature by the given key does not verify over the DSSE PAE"
         else:
             detail = (
-                f"signed by {', '.join(s[:80] for s in signed)}, not by the given key "
+                f"signed by {', '.join(_cut(s) for s in signed)}, not by the given key "
                 f"({', '.join(sorted(given))})"
             )
         raise BundleSignatureError("envelope signature", detail) from exc
