@@ -98,3 +98,29 @@ async def test_one_call_id_in_two_scopes_is_told_apart_by_its_agent(tmp_path: Pa
                  if e.kind == "execution")
     assert ("issue_credit", ["ask_billing:c-2"]) in ran and ("refund", []) in ran
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_an_approved_agent_tool_whose_agent_paused_is_pending(tmp_path: Path):
+    billing = Agent(name="billing", tools=[issue_credit], model=ScriptedModel([
+        ModelStep(output=[function_call("issue_credit", {"amount": "5"}, call_id="c-9")]),
+        ModelStep(output=[assistant_message("credited")]),
+    ]))
+    agent = Agent(name="support", model=ScriptedModel([
+        ModelStep(output=[function_call("ask_billing", {"input": "credit 5"}, call_id="c-2")]),
+        ModelStep(output=[assistant_message("done")]),
+    ]), tools=[billing.as_tool(tool_name="ask_billing", tool_description="Billing.",
+                               needs_approval=True)])
+    recorder = Recorder(tmp_path)
+    result = await recorder.run(agent, "credit 5")
+    state = result.to_state()
+    for item in state.get_interruptions():  # the agent tool itself
+        recorder.approve(state, item, approver="alice")
+    result = await recorder.run(agent, state)  # the nested agent pauses on issue_credit
+    state = result.to_state()
+    assert [i.call_id for i in state.get_interruptions()] == ["c-9"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []  # c-2 is still running
+    for item in state.get_interruptions():
+        recorder.approve(state, item, approver="bob")
+    result = await recorder.run(agent, state)
+    assert result.final_output == "done"
+    assert verify_ledger(Ledger(tmp_path)).violations == []

@@ -21,7 +21,9 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
   (nor a guardrail block, which settles it) when a later leg of its run, resumed from the
   state the approval was made on or a descendant of it, ends ``completed`` or
   ``interrupted`` (it may pause on that very call again); a ``failed`` leg reports
-  nothing, since its retry may still run the call;
+  nothing, since its retry may still run the call, nor does an ``interrupted`` one for
+  an agent-as-tool call whose nested agent paused (a nested call neither executed,
+  blocked nor rejected): that call is still running;
 - ``state_isolation``: a decision holds only in legs resumed from the run state it was
   made on or a descendant of that state: a gated call executed where the only approval
   was made on another branch (a sibling state) or in another run is reported, and so is
@@ -521,6 +523,19 @@ class RuleEngine:
             key,
         )
 
+    def _still_running(self, key: CallKey) -> bool:
+        """True when ``key`` is an agent-as-tool call whose nested agent has a call that
+        is neither executed, blocked nor rejected: the nested run paused inside it."""
+        run_id, scope, call_id = key
+        inner = (*scope, f"{self.calls[key].tool}:{call_id}")
+        for nested in self._nested.get(run_id, {}).values():
+            call = self.calls[nested]
+            if nested[1][: len(inner)] == inner and not call.executions and not call.blocks:
+                decision = call.decision
+                if decision is None or decision.decision != "reject":
+                    return True
+        return False
+
     def _on_run_end(self, entry: Entry) -> None:
         b = entry.body
         if b["status"] == "failed":
@@ -530,6 +545,8 @@ class RuleEngine:
             decision = approved[key]
             if not self._holds(decision, leg):
                 continue
+            if b["status"] == "interrupted" and self._still_running(key):
+                continue  # an agent tool whose agent paused: it runs on when resumed
             del approved[key]
             resumed = f" (resumed from run state {leg})" if leg else ""
             self._report(

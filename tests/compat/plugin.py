@@ -31,6 +31,10 @@ With ``--compat-record``, in each test (from its setup to its teardown):
   test makes on the state is a recorded decision. A state whose context carries no run id
   (built by hand, or from a run the recorder did not see) is left to the SDK and counted;
   so are the SDK's own nested calls made while a decision is applied;
+- each error of the recorder's own (``LedgerError``: it refuses a context that is not a
+  mapping, a state that carries no run id, a call it did not record) that a routed call
+  raises is kept with the test, even if the test or the SDK swallows it (a run in a
+  background task): a test that then times out is reported with its real cause;
 - after teardown, the recorder's queue is flushed and the ledger verified
   (``Ledger(dir).verify()``); each violation is kept as ``(rule, detail)`` on the test's
   teardown report, and the ledger is copied under ``--compat-keep DIR`` if there is one.
@@ -71,6 +75,7 @@ class _TestLedger:
         self.directory: Path | None = None
         self._recorder: Any = None
         self.stats = {"runs": 0, "decisions": 0, "unrecorded_decisions": 0}
+        self.refused: list[str] = []  # what the recorder raised when asked to record
 
     def recorder(self) -> Any:
         if self._recorder is None:
@@ -138,7 +143,7 @@ def _route() -> None:
     from agents import Runner, RunState
     from agents.run import AgentRunner, get_default_agent_runner
 
-    from evidence_ledger import UsageError
+    from evidence_ledger import LedgerError, UsageError
     from evidence_ledger.record.integrations.legs import CURRENT_LEG
     from evidence_ledger.record.integrations.run_states import state_run_id
 
@@ -156,19 +161,34 @@ def _route() -> None:
         _current.stats["runs"] += 1
         return _current, options.pop("starting_agent"), options.pop("input"), options
 
+    @contextlib.contextmanager
+    def noting(test: _TestLedger, item: Any = None) -> Iterator[None]:
+        """Keep the recorder's own errors with the test (they still propagate), with the
+        type of the interruption ``item`` decided on, if any (``function_call``,
+        ``shell_call``, ``mcp_approval_request``...)."""
+        try:
+            yield
+        except LedgerError as exc:
+            raw = getattr(item, "raw_item", None)
+            kind = raw.get("type") if isinstance(raw, dict) else getattr(raw, "type", None)
+            test.refused.append(f"{type(exc).__name__}: {exc}" + (f" [{kind}]" if kind else ""))
+            raise
+
     async def routed_run(cls: Any, *args: Any, **kwargs: Any) -> Any:
         found = recording(inspect.signature(run), args, kwargs)
         if found is None:
             return await run(*args, **kwargs)
         test, agent, input, options = found
-        return await test.recorder().run(agent, input, **options)
+        with noting(test):
+            return await test.recorder().run(agent, input, **options)
 
     def routed_run_streamed(cls: Any, *args: Any, **kwargs: Any) -> Any:
         found = recording(inspect.signature(run_streamed), args, kwargs)
         if found is None:
             return run_streamed(*args, **kwargs)
         test, agent, input, options = found
-        return test.recorder().run_streamed(agent, input, **options)
+        with noting(test):
+            return test.recorder().run_streamed(agent, input, **options)
 
     class RoutedRunner(AgentRunner):
         async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
@@ -202,7 +222,7 @@ def _route() -> None:
             with deciding():
                 return approve(self, approval_item, always_approve)
         _current.stats["decisions"] += 1
-        with deciding():
+        with deciding(), noting(_current, approval_item):
             _current.recorder().approve(self, approval_item, approver=APPROVER,
                                         always=always_approve)
 
@@ -215,7 +235,7 @@ def _route() -> None:
                 return reject(self, approval_item, always_reject,
                               rejection_message=rejection_message)
         _current.stats["decisions"] += 1
-        with deciding():
+        with deciding(), noting(_current, approval_item):
             _current.recorder().reject(self, approval_item, approver=APPROVER,
                                        always=always_reject, message=rejection_message)
 
@@ -259,6 +279,7 @@ class _Results:
             if name == "compat_ledger":
                 for key in self.stats:
                     self.stats[key] += value["stats"][key]
+                test["refused"] = value["refused"]
                 self.violations += [{"test": report.nodeid, "rule": rule, "detail": detail}
                                     for rule, detail in value["violations"]]
 
@@ -310,8 +331,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         shutil.copytree(test.directory / "ledger", Path(keep) / name, dirs_exist_ok=True)
     if test.directory is not None:
         shutil.rmtree(test.directory, ignore_errors=True)
-    item.user_properties.append(("compat_ledger", {"stats": test.stats,
-                                                   "violations": violations}))
+    item.user_properties.append(("compat_ledger", {
+        "stats": test.stats, "violations": violations, "refused": test.refused[:1],
+    }))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

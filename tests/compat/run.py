@@ -8,11 +8,12 @@ outcome), once with ``--compat-record`` (:mod:`tests.compat.plugin`: every run a
 recorded, every test's ledger verified, violations checked against
 ``expected-violations.json``). ``ARGS`` go to both pytest runs (``-- -k approve``).
 
-It prints, and writes to ``.cache/compat/<version>/results/report.txt`` (with the plugin's
-JSON of each pass beside it): the files and tests run, the wall time, the tests that pass
-plain but not with the recorder grouped by their first error line (hex ids, addresses and
-quoted values, digests and sequence numbers masked; a test the recorded pass never reached
-counts too), the violations grouped by rule and detail, and those not expected or expected but
+It prints, and writes to ``.cache/compat/<version>/results/report.txt`` (with each pass's
+JSON and log, and the ledgers with violations, beside it): the files and tests run, the wall
+time, the tests that pass plain but not with the recorder grouped by cause (the first error
+the recorder raised in the test, else its first failure line; hex ids, addresses, quoted
+values, digests and sequence numbers masked; a test the recorded pass never reached counts
+too), the violations grouped by rule and detail, and those not expected or expected but
 missing. Exits 1 if any test passes plain but not recorded, any violation is not expected or
 expected but missing, or a pass ended with a pytest exit status other than 0 or 1 (an
 INTERNALERROR, a collection error); 2 if a pass did not produce its results.
@@ -84,6 +85,16 @@ def cause(message: str | None) -> str:
     return text[:220]
 
 
+def cause_of(test: dict[str, Any] | None) -> str:
+    """Why a test failed with the recorder: the first error the recorder itself raised in
+    it (maybe swallowed by the test or the SDK), else its first failure line."""
+    if test is None:
+        return "(not run: the recorded pass stopped before it)"
+    if test.get("refused"):
+        return "recorder raised " + cause(test["refused"][0])
+    return cause(test["message"])
+
+
 def grouped(rows: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
     """``(key, test id)`` rows as ``(key, test ids)``, largest group first."""
     groups: dict[str, list[str]] = defaultdict(list)
@@ -96,10 +107,8 @@ def report(version: str, files: list[str], plain: dict[str, Any], recorded: dict
            seconds: float) -> tuple[list[str], bool]:
     """The report's lines, and whether the suite passed."""
     outcomes = {t: r["outcome"] for t, r in plain["tests"].items()}
-    after = {t: (r["outcome"], r["message"]) for t, r in recorded["tests"].items()}
-    broken = [(cause(after[t][1]) if t in after else "(not run: the recorded pass stopped)", t)
-              for t, outcome in outcomes.items()
-              if outcome == "passed" and after.get(t, ("",))[0] != "passed"]
+    broken = [(cause_of(recorded["tests"].get(t)), t) for t, outcome in outcomes.items()
+              if outcome == "passed" and recorded["tests"].get(t, {}).get("outcome") != "passed"]
     counts = defaultdict(int)
     for outcome in outcomes.values():
         counts[outcome] += 1

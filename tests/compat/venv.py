@@ -70,7 +70,7 @@ def _sdist(version: str) -> Path:
     return tree
 
 
-def test_requirements(sdist: Path) -> list[str]:
+def testing_requirements(sdist: Path) -> list[str]:
     """The :data:`TEST_DEPS` as the sdist's ``dev`` dependency group or ``uv.lock`` pin them.
 
     Raises:
@@ -94,7 +94,7 @@ def _name(requirement: str) -> str:
 def _venv(version: str) -> Path:
     venv = CACHE / version / "venv"
     bin_dir, marker = venv / "bin", venv / ".installed"
-    requirements = [*runtime_requirements(version), *test_requirements(_sdist(version))]
+    requirements = [*runtime_requirements(version), *testing_requirements(_sdist(version))]
     project = "project " + hashlib.sha256((REPO_ROOT / "pyproject.toml").read_bytes()).hexdigest()
     pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
     recorded = marker.read_text("utf-8").splitlines() if marker.exists() else []
