@@ -119,17 +119,23 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     """Load a public name on first use (PEP 562).
 
+    A name whose optional extra is not installed is a stand-in that raises
+    :class:`MissingExtraError` when called, so ``help()``, ``dir()`` and ``import *`` work
+    on a base install.
+
     Raises:
         AttributeError: for a name that is not public.
-        MissingExtraError: for a name whose optional extra is not installed.
     """
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'evidence_ledger' has no attribute {name!r}")
     if name in _EXTRA:
-        from evidence_ledger.api.extras import load
+        from evidence_ledger.api.extras import MissingExtraError, load, missing
 
-        value = getattr(load(module, _EXTRA[name], name), name)  # MissingExtraError
+        try:
+            value = getattr(load(module, _EXTRA[name], name), name)
+        except MissingExtraError as exc:  # a stand-in that says so when it is used
+            value = missing(name, exc)
     else:
         value = getattr(importlib.import_module(module), name)
     globals()[name] = value

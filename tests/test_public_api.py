@@ -139,7 +139,9 @@ def test_a_command_whose_extra_is_missing_names_it(evidence, args, extra, what):
 def test_the_recorder_without_its_extra_names_it(tmp_path: Path):
     code = BLOCKED.split("from evidence_ledger.cli.main")[0] + (
         "import evidence_ledger as el\n"
-        "try:\n    el.Recorder\nexcept el.MissingExtraError as exc:\n    print(exc)\n")
+        "from evidence_ledger import *\n"  # every public name can be listed and imported
+        "assert hasattr(el, 'Recorder') and 'Not available' in el.Recorder.__doc__\n"
+        "try:\n    el.Recorder('ledger')\nexcept el.MissingExtraError as exc:\n    print(exc)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=tmp_path)
     assert done.stdout == ("Recorder needs the 'agents' extra (openai-agents is not installed): "
@@ -179,3 +181,51 @@ def test_a_long_signer_key_is_shown_whole(tmp_path: Path):
     with pytest.raises(el.EvidenceError) as raised:
         el.verify_bundle(tmp_path / "b.json", other.verifier_key)
     assert f"signed by {signer.verifier_key}, not by the given key" in str(raised.value)
+
+
+@pytest.mark.parametrize(("since", "error", "match"), [
+    (2**64, el.UsageError, "lies past 2262-04-11"),
+    (-1, el.UsageError, "lies before 1970-01-01"),
+    (True, TypeError, "not bool"),
+])
+def test_export_holds_int_times_to_the_text_range(evidence, tmp_path, since, error, match):
+    with pytest.raises(error, match=match):
+        el.Ledger(evidence["ledger"]).export(tmp_path / "out", "jsonl", since=since)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_wrong_python_type_is_a_type_error_naming_the_argument(evidence, tmp_path):
+    ledger = el.Ledger(evidence["ledger"])
+    key = el.SigningKey.generate(tmp_path / "k.key", "test.example/log")
+    with pytest.raises(TypeError, match="call_id is a str, not int"):
+        ledger.prove(tmp_path / "b.json", key, call_id=123)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="call_id is a str, not int"):
+        ledger.trace(123)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="by is a str, not int"):
+        ledger.redact("sha256:" + "0" * 64, reason="r", by=5)  # type: ignore[arg-type]
+    note = (evidence["checkpoint"]).read_text()
+    with pytest.raises(TypeError, match="pass the evidence itself as bytes"):
+        el.verify_checkpoint(note, evidence["vkey"])
+    assert el.verify_checkpoint(note.encode(), evidence["vkey"]).checkpoint.size > 0
+    checkpoints = sorted((evidence["ledger"] / "checkpoints").glob("*.note"))
+    assert ledger.verify(evidence["vkey"], checkpoints[0]).ok  # one trusted path
+
+
+def test_a_key_too_long_to_load_is_refused_before_it_is_written(tmp_path):
+    with pytest.raises(el.UsageError, match="a key file holds at most 4096 bytes"):
+        el.SigningKey.generate(tmp_path / "long.key", "a" * 5000)
+    assert not (tmp_path / "long.key").exists()
+
+
+def test_a_checkpoint_needs_a_log(tmp_path):
+    key = el.SigningKey.generate(tmp_path / "k.key", "test.example/log")
+    with pytest.raises(el.UsageError, match="no ledger at"):
+        el.Ledger(tmp_path / "new", create=True).checkpoint(key)
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.anyio
+async def test_run_demo_in_async_code_says_so(tmp_path):
+    with pytest.raises(el.UsageError, match="call it outside async code"):
+        el.run_demo(tmp_path / "demo")
+    assert not (tmp_path / "demo").exists()

@@ -80,7 +80,12 @@ def run_demo(directory: str | os.PathLike[str]) -> DemoResult:
     for path in (key_path, key_path.with_suffix(".vkey")):
         SigningKey.check_new_path(path)
     example = load(EXAMPLE, "agents", "demo")
-    asyncio.run(example.main(str(target)))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop: the demo runs its own
+        asyncio.run(example.main(str(target)))
+    else:
+        raise UsageError("run_demo runs its own event loop: call it outside async code")
     key = SigningKey.generate(key_path, DEMO_ORIGIN)
     key_path.with_suffix(".vkey").write_text(key.verifier_key + "\n")
     ledger = Ledger(target)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any, NoReturn
 
 from evidence_ledger.format.errors import UsageError
 
-__all__ = ["EXTRAS", "MissingExtraError", "load"]
+__all__ = ["EXTRAS", "MissingExtraError", "load", "missing"]
 
 EXTRAS = {
     "agents": {"agents": "openai-agents"},
@@ -54,3 +55,16 @@ def load(module: str, extra: str, what: str) -> ModuleType:
         if missing in EXTRAS[extra]:
             raise MissingExtraError(extra, what, EXTRAS[extra][missing]) from exc
         raise
+
+
+def missing(name: str, error: MissingExtraError) -> type:
+    """A stand-in for the public class ``name`` whose extra is missing: a class whose
+    construction raises ``error`` (so the name can be listed, documented and imported)."""
+
+    def refuse(*args: Any, **kwargs: Any) -> NoReturn:
+        raise error
+
+    return type(name, (), {
+        "__new__": refuse, "__module__": "evidence_ledger",
+        "__doc__": f"Not available: {error}",
+    })

@@ -22,7 +22,7 @@ from evidence_ledger.api.keys import verifier_keys as verifier_key_strings
 from evidence_ledger.format.digests import from_text
 from evidence_ledger.format.entries import KINDS, entry_json
 from evidence_ledger.format.errors import UsageError
-from evidence_ledger.format.times import parse_time
+from evidence_ledger.format.times import time_ns
 from evidence_ledger.record.checkpointing import create_checkpoint
 from evidence_ledger.record.ingest import IngestResult, ingest_file
 from evidence_ledger.record.redact import Redaction, redact
@@ -122,7 +122,7 @@ class Ledger:
     def verify(
         self,
         verifier_keys: str | Sequence[str] = (),
-        trusted_checkpoints: Sequence[Source] = (),
+        trusted_checkpoints: Source | Sequence[Source] = (),
         *,
         payloads: bool = True,
     ) -> Report:
@@ -146,7 +146,7 @@ class Ledger:
             TypeError: for a verifier key that is not a string.
             EvidenceError: if the log cannot be read.
         """
-        trusted = [read_input(path) for path in trusted_checkpoints]
+        trusted = [read_input(path) for path in _paths(trusted_checkpoints)]
         keys = verifier_key_strings(verifier_keys)
         report = verify_ledger(self._book, keys, trusted, payloads=payloads)
         report.notices.extend(pending_repair_notices(self._book))
@@ -168,6 +168,8 @@ class Ledger:
             UsageError: if no entry names the call, or the index cannot be used.
             EvidenceError: if the log fails integrity while indexing.
         """
+        _text(call_id, "call_id")
+        _text(run_id, "run_id", optional=True)
         trace = load("evidence_ledger.index.trace", "query", "trace")
         result: CallTrace = trace.trace_call(
             self._book, call_id, run_id, index, rebuild=rebuild, progress=progress
@@ -263,8 +265,8 @@ class Ledger:
         Raises:
             UsageError: for a bad time, a non-empty ``out``, or an unusable index.
         """
-        since_ns = parse_time(since) if isinstance(since, str) else since
-        until_ns = parse_time(until) if isinstance(until, str) else until
+        since_ns = None if since is None else time_ns(since)
+        until_ns = None if until is None else time_ns(until)
         export = load("evidence_ledger.index.export", "query", "export")
         self.update_index(index=index, progress=progress)
         manifest: dict[str, Any] = export.export_ledger(
@@ -301,6 +303,9 @@ class Ledger:
         Raises:
             UsageError: for a malformed digest, or a payload already redacted.
         """
+        _text(digest, "digest")
+        _text(reason, "reason")
+        _text(by, "by", optional=True)
         try:
             payload = from_text(digest)
         except ValueError as exc:
@@ -317,6 +322,7 @@ class Ledger:
             EvidenceError: if the log is damaged or does not extend the latest checkpoint.
         """
         keys = signing_keys(keys)
+        self._book.require_exists()  # a checkpoint signs a log
         for key in keys:
             refuse_key_inside(self.directory, key.path)
         return create_checkpoint(self._book, [key.signer for key in keys])
@@ -345,6 +351,8 @@ class Ledger:
         from evidence_ledger.bundle.verify import Selection
 
         (key,) = signing_keys(key)
+        _text(call_id, "call_id", optional=True)
+        _text(run_id, "run_id", optional=True)
         if whole_log and (call_id is not None or run_id is not None):
             raise UsageError(
                 "--all proves the whole log (whole_log); drop --call-id and --run-id"
@@ -426,11 +434,25 @@ class SessionRepair:
             StorageError: if the ledger append fails after the store changed (the marker in
                 ``repairs/`` says so; the next repair settles it).
         """
+        _text(by, "by")
         if not by.strip():
             raise UsageError("--apply needs --by NAME (who repairs; it is recorded)")
         if self.plan.refusals:
             raise UsageError("the plan refuses an orphan output; nothing to apply")
         return apply_store_repair(self.plan, self._writer, by=by, backup=backup)
+
+
+def _text(value: Any, name: str, optional: bool = False) -> None:
+    """Raise TypeError unless ``value`` is a ``str`` (or None when ``optional``)."""
+    if not (isinstance(value, str) or (optional and value is None)):
+        raise TypeError(f"{name} is a str, not {type(value).__name__}")
+
+
+def _paths(sources: Source | Sequence[Source]) -> list[Source]:
+    """One path, or several, as a list."""
+    if isinstance(sources, str | os.PathLike):
+        return [sources]
+    return list(sources)
 
 
 def _refuse_uncreatable(directory: Path) -> None:

@@ -27,7 +27,12 @@ Evidence = bytes | str | os.PathLike[str]
 
 
 def _bytes(evidence: Evidence) -> bytes:
-    return evidence if isinstance(evidence, bytes) else read_input(evidence)
+    if isinstance(evidence, bytes):
+        return evidence
+    if isinstance(evidence, str) and ("\n" in evidence or len(evidence) > 4096):
+        raise TypeError("a str is the path of the evidence file: pass the evidence itself "
+                        "as bytes")
+    return read_input(evidence)
 
 
 def verify_bundle(bundle: Evidence, verifier_keys: str | Sequence[str]) -> VerifiedBundle:

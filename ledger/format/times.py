@@ -8,7 +8,7 @@ import re
 
 from evidence_ledger.format.errors import UsageError
 
-__all__ = ["parse_time"]
+__all__ = ["parse_time", "time_ns"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -35,6 +35,23 @@ def parse_time(text: str) -> int:
     if ns < 0:
         raise UsageError(f"time {text!r} lies before 1970-01-01")
     return _in_range(ns, text)
+
+
+def time_ns(value: str | int) -> int:
+    """Nanoseconds since the epoch (UTC) of ``value``: text as :func:`parse_time` reads it,
+    or an integer number of ns, held to the same range.
+
+    Raises:
+        UsageError: if the time lies before the epoch or past 2262-04-11.
+        TypeError: for anything but ``str`` or ``int`` (``bool`` included).
+    """
+    if isinstance(value, str):
+        return parse_time(value)
+    if type(value) is not int:
+        raise TypeError(f"a time is ISO 8601 text or int ns, not {type(value).__name__}")
+    if value < 0:
+        raise UsageError(f"time {value} lies before 1970-01-01")
+    return _in_range(value, str(value))
 
 
 def _in_range(ns: int, text: str) -> int:

@@ -90,6 +90,11 @@ def keygen(origin: str, out_path: str | os.PathLike[str]) -> str:
     check_new_key_path(path)
     signer = Signer.generate(origin)
     data = (signer.skey + "\n").encode("utf-8")
+    if len(data) > MAX_KEY_FILE:  # load_signer would refuse it
+        raise UsageError(
+            f"origin is {len(origin.encode('utf-8'))} bytes long; a key file holds at most "
+            f"{MAX_KEY_FILE} bytes"
+        )
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, KEY_FILE_MODE)
     except FileExistsError as exc:
