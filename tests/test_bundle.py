@@ -448,3 +448,21 @@ def test_prove_rehashes_only_the_payloads_of_the_entries_it_bundles(tmp_path, mo
     every = {d for e, _ in book.entries() for f in PAYLOAD_FIELDS
              if isinstance(d := e.body.get(f), bytes)}
     assert named and set(checked) == named < every
+
+
+def test_prove_rebuilds_a_tree_cache_that_claims_too_few_entries(tmp_path: Path) -> None:
+    book, key, events = tmp_path / "book", tmp_path / "k.key", tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps({
+        "kind": "call", "run_id": "r1", "call_id": f"x{i}", "agent": "a", "tool": "t",
+        "arguments": "{}"}) + "\n" for i in range(600)))
+    assert run_cli("ingest", str(events), "--ledger", str(book)).code == 0
+    assert run_cli("inclusion", "--ledger", str(book), "--seq", "5").code == 0  # builds tree/
+    state = book / "tree" / "state.json"
+    doc = json.loads(state.read_text())
+    doc["size"], doc["partial_tiles"] = 100, [base64.b64encode(b"\0" * 3200).decode()]
+    state.write_text(json.dumps(doc))
+    run_cli("keygen", "--origin", "ledger.example/rebuild", "--out", str(key))
+    done = run_cli("prove", "--ledger", str(book), "--key", str(key), "--call-id", "x300",
+                   "--out", str(tmp_path / "b.json"))
+    assert done.code == 0, done.err
+    assert json.loads(done.out)["tree_size"] == 601

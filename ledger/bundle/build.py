@@ -336,8 +336,8 @@ def _inclusion_proofs(
             proofs = {seq: inclusion_proof(built, seq, cp.size) for seq, _, _ in entries}
             for seq, data, _ in entries:
                 verify_inclusion(seq, cp.size, leaf_hash(data), proofs[seq], cp.root)
-        except EvidenceError:  # a damaged store, or a proof that does not verify
-            continue
+        except (EvidenceError, UsageError):  # a damaged store (one claiming another tree
+            continue  # size than the checked checkpoint's), or a proof that does not verify
         return proofs
     raise EvidenceError(
         f"no inclusion proof from {ledger.directory} verifies against checkpoint tree size "
