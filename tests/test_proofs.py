@@ -28,7 +28,7 @@ from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import ProofError, verify_consistency, verify_inclusion
 from evidence_ledger.tlog.proofs import consistency_proof, inclusion_proof, tree_root
 from evidence_ledger.tlog.tiles import TileBuilder, tile_path
-from tests.helpers import forge_entry
+from tests.helpers import forge_entry, run_cli
 
 KAT = json.loads((Path(__file__).parent / "vectors" / "kat-extracted.json").read_text())
 
@@ -450,3 +450,19 @@ def test_a_proof_at_ten_million_entries_reads_a_few_tiles():
     reads.clear()
     consistency_proof(tree, 9_876_543, size)
     assert len(set(reads)) <= 2 * size.bit_length() // 8 + 4
+
+
+@pytest.mark.parametrize("corrupt", [
+    lambda doc: "[" * 100_000 + "]" * 100_000,  # nested past the JSON parser's recursion
+    lambda doc: json.dumps({**doc, "last_offset": 2**63 - 1}),  # past any file offset
+    lambda doc: json.dumps({**doc, "last_offset": 2**63}),  # past a C long
+], ids=["deep-nesting", "offset-2^63-1", "offset-2^63"])
+def test_a_corrupt_state_file_is_rebuilt_with_a_notice(tmp_path, corrupt):
+    book = _ledger(tmp_path / "l", 300)
+    TreeStore(book).update()
+    state = book / "tree" / "state.json"
+    state.write_text(corrupt(json.loads(state.read_text())))
+    done = run_cli("inclusion", "--ledger", str(book), "--seq", "3", "--json")
+    assert done.code == 0, done.err
+    assert json.loads(done.out) == prove_inclusion(book, 3).to_json()
+    assert done.err.startswith("notice: the tree store ") and "rebuilt it" in done.err

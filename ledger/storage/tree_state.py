@@ -93,13 +93,16 @@ class TreeState:
                 partials=tuple(base64.b64decode(p, validate=True) for p in doc["partial_tiles"]),
                 version=version,
             )
-        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
-            raise StateFormatError(str(exc)) from exc
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error,
+                RecursionError) as exc:  # RecursionError: JSON nested past the parser's depth
+            raise StateFormatError(str(exc) or type(exc).__name__) from exc
 
 
 def _nonneg(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{value!r} is not a non-negative integer")
+    """``value`` if it is an int in [0, 2^63) (a size or a file offset, which the OS holds
+    as a signed 64-bit integer), else ValueError."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+        raise ValueError(f"{value!r} is not a non-negative 64-bit integer")
     return value
 
 

@@ -826,8 +826,10 @@ class TreeStore:
 
     def _catch_up(self, state: TreeState) -> TreeState:
         """Append the log's new entries to the store (lock held); return the new state."""
-        items = iter(self.ledger.store.scan(state.last_offset, max(state.size - 1, 0)))
-        if state.size:
+        fits = state.last_offset <= state.end_offset <= self.ledger.store.path.stat().st_size
+        items = iter(self.ledger.store.scan(state.last_offset, max(state.size - 1, 0))
+                     if fits else ())  # offsets past the log: nothing there to read
+        if state.size or not fits:
             first = next(items, None)
             if (
                 not isinstance(first, Record)
