@@ -42,26 +42,37 @@ def sdk_venv(version: str) -> Path:
     Raises:
         RuntimeError: if ``venv`` or ``pip`` fails (the message ends with its output).
     """
-    venv, requirements = VENVS_DIR / version, runtime_requirements(version)
+    return cached_venv(VENVS_DIR / version, runtime_requirements(version))
+
+
+def cached_venv(venv: Path, requirements: list[str]) -> Path:
+    """The ``bin/`` folder of the venv at ``venv`` holding ``requirements`` and this project
+    (editable), built on first use and rebuilt when the requirements change (see the
+    module docstring).
+
+    Raises:
+        RuntimeError: if ``venv`` or ``pip`` fails (the message ends with its output).
+    """
     bin_dir, marker = venv / "bin", venv / MARKER
     project = "project " + hashlib.sha256((REPO_ROOT / "pyproject.toml").read_bytes()).hexdigest()
     pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
     recorded = marker.read_text("utf-8").splitlines() if marker.exists() else []
     if recorded[:-1] == requirements:
         if recorded[-1:] != [project]:  # packaging changed: reinstall the project only
-            _run([*pip, "--no-deps", "-e", str(REPO_ROOT)])
+            run_checked([*pip, "--no-deps", "-e", str(REPO_ROOT)])
             marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
         return bin_dir
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    _run([sys.executable, "-m", "venv", str(venv)])
-    _run([*pip, *requirements])
-    _run([*pip, "--no-deps", "-e", str(REPO_ROOT)])
+    run_checked([sys.executable, "-m", "venv", str(venv)])
+    run_checked([*pip, *requirements])
+    run_checked([*pip, "--no-deps", "-e", str(REPO_ROOT)])
     marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
     return bin_dir
 
 
-def _run(cmd: list[str]) -> None:
+def run_checked(cmd: list[str]) -> None:
+    """Run ``cmd``; RuntimeError with the end of its output if it fails."""
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-4000:]}")

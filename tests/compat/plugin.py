@@ -324,13 +324,15 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     test, _current = _current, None
     if test is None:
         return
-    violations = test.verify()
-    keep = item.config.getoption("--compat-keep")
-    if violations and keep and test.directory is not None:
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
-        shutil.copytree(test.directory / "ledger", Path(keep) / name, dirs_exist_ok=True)
-    if test.directory is not None:
-        shutil.rmtree(test.directory, ignore_errors=True)
+    try:
+        violations = test.verify()
+        keep = item.config.getoption("--compat-keep")
+        if violations and keep and test.directory is not None:
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
+            shutil.copytree(test.directory / "ledger", Path(keep) / name, dirs_exist_ok=True)
+    finally:
+        if test.directory is not None:
+            shutil.rmtree(test.directory, ignore_errors=True)
     item.user_properties.append(("compat_ledger", {
         "stats": test.stats, "violations": violations, "refused": test.refused[:1],
     }))

@@ -112,7 +112,10 @@ def report(version: str, files: list[str], plain: dict[str, Any], recorded: dict
     counts = defaultdict(int)
     for outcome in outcomes.values():
         counts[outcome] += 1
+    head = subprocess.run(["git", "-C", str(HERE), "describe", "--always", "--dirty"],
+                          capture_output=True, text=True).stdout.strip() or "?"
     lines = [
+        f"evidence-ledger at {head}; "
         f"openai-agents {version}: {len(files)} test files, {len(outcomes)} tests "
         f"(plain: {dict(counts)}); wall time {seconds:.0f} s",
         f"recorded: {recorded['stats']}; pytest exit status plain {plain['exit']}, "

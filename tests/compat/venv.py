@@ -21,16 +21,14 @@ Only the packages registry is reached (pip); nothing else.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tomllib
 from pathlib import Path
 
-from tests.sdk_venvs import REPO_ROOT, SDK, runtime_requirements
+from tests.sdk_venvs import REPO_ROOT, SDK, cached_venv, run_checked, runtime_requirements
 
 CACHE = REPO_ROOT / ".cache" / "compat"
 
@@ -60,7 +58,7 @@ def _sdist(version: str) -> Path:
     download = root / "download"
     shutil.rmtree(download, ignore_errors=True)
     shutil.rmtree(tree, ignore_errors=True)
-    _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
+    run_checked([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
           ":all:", f"{SDK}=={version}", "-d", str(download)])
     (archive,) = download.glob("*.tar.gz")
     with tarfile.open(archive) as tar:
@@ -92,29 +90,9 @@ def _name(requirement: str) -> str:
 
 
 def _venv(version: str) -> Path:
-    venv = CACHE / version / "venv"
-    bin_dir, marker = venv / "bin", venv / ".installed"
-    requirements = [*runtime_requirements(version), *testing_requirements(_sdist(version))]
-    project = "project " + hashlib.sha256((REPO_ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
-    recorded = marker.read_text("utf-8").splitlines() if marker.exists() else []
-    if recorded[:-1] == requirements:
-        if recorded[-1:] != [project]:  # packaging changed: reinstall the project only
-            _run([*pip, "--no-deps", "-e", str(REPO_ROOT)])
-            marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
-        return bin_dir
-    shutil.rmtree(venv, ignore_errors=True)
-    _run([sys.executable, "-m", "venv", str(venv)])
-    _run([*pip, *requirements])
-    _run([*pip, "--no-deps", "-e", str(REPO_ROOT)])
-    marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
-    return bin_dir
+    return cached_venv(CACHE / version / "venv",
+                       [*runtime_requirements(version), *testing_requirements(_sdist(version))])
 
-
-def _run(cmd: list[str]) -> None:
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-4000:]}")
 
 
 if __name__ == "__main__":
