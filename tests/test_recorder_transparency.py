@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, function_tool
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    OutputGuardrailTripwireTriggered,
+    Runner,
+    SQLiteSession,
+    function_tool,
+    output_guardrail,
+)
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from evidence_ledger import Recorder
@@ -124,3 +132,29 @@ async def test_an_approved_agent_tool_whose_agent_paused_is_pending(tmp_path: Pa
     result = await recorder.run(agent, state)
     assert result.final_output == "done"
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+@function_tool
+def read_secret() -> str:
+    """Read a secret (its output becomes the final output)."""
+    return "s3cr3t"
+
+
+async def test_an_agent_output_guardrail_that_withholds_a_tool_output(tmp_path: Path):
+    @output_guardrail
+    def no_secrets(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered="s3cr3t" in output)
+
+    agent = Agent(name="vault", tools=[read_secret], tool_use_behavior="stop_on_first_tool",
+                  output_guardrails=[no_secrets], model=ScriptedModel([
+                      ModelStep(output=[function_call("read_secret", {}, call_id="c-1")]),
+                  ]))
+    session = SQLiteSession("vault", ":memory:")
+    with pytest.raises(OutputGuardrailTripwireTriggered):
+        await Recorder(tmp_path).run(agent, "tell me", session=session)
+    outputs = [i["output"] for i in await session.get_items()
+               if i.get("type") == "function_call_output"]
+    assert outputs == ["Output withheld by an output guardrail."]  # the SDK replaced it
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+    blocks = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "guardrail"]
+    assert [(b["call_id"], b["guardrail"]) for b in blocks] == [("c-1", "no_secrets")]

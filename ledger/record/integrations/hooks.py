@@ -30,6 +30,7 @@ from agents import (
     Handoff,
     ItemHelpers,
     ModelResponse,
+    OutputGuardrail,
     ToolInputGuardrail,
     ToolOutputGuardrail,
     handoff,
@@ -108,6 +109,8 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
         seen.add(id(current))
         if not isinstance(current.hooks, _RecordingHooks):  # a clone() carries ours along
             current.hooks = _RecordingHooks(current.hooks)
+        for guardrail in current.output_guardrails or ():  # also ones added later
+            _wrap_output_guardrail(guardrail)
         for tool in current.tools:
             if isinstance(tool, FunctionTool):
                 if _claim(tool):
@@ -231,6 +234,40 @@ def _wrap_guardrail(
     guardrail.guardrail_function = recorded
 
 
+def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
+    """Make an agent output guardrail (in place, once) record a block when it trips on a
+    final output that a function tool returned (a tool that ends the agent's turn): the
+    SDK then persists a placeholder (``"Output withheld by an output guardrail."``, or the
+    agent's own text) as that call's output, so the block's message is not known."""
+    if not _claim(guardrail):
+        return
+    name, check = guardrail.get_name(), guardrail.guardrail_function
+
+    @functools.wraps(check)
+    async def recorded(context: Any, agent: Agent[Any], agent_output: Any) -> Any:
+        verdict = check(context, agent, agent_output)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        frame = CURRENT_LEG.get()
+        if frame is not None and _records(agent) and verdict.tripwire_triggered:
+            last = frame.last_results.get((frame.scope, agent.name))
+            if last is not None and _same(last[2], agent_output):
+                _record_block(last[0], agent.name, last[1], name)
+        return verdict
+
+    guardrail.guardrail_function = recorded
+
+
+def _same(result: Any, output: Any) -> bool:
+    """True when ``output`` is ``result`` (or equals it; never raises)."""
+    if result is output:
+        return True
+    try:
+        return bool(result == output)
+    except Exception:
+        return False
+
+
 def _handoffs(agent: Agent[Any]) -> dict[str, Handoff[Any, Any]]:
     """The agent's handoffs by tool name (an ``Agent`` listed bare: the SDK's default)."""
     made = (h if isinstance(h, Handoff) else handoff(h) for h in agent.handoffs)
@@ -291,6 +328,8 @@ def _record_ran(
         tool = next((t for t in agent.tools
                      if isinstance(t, FunctionTool) and t.name == context.tool_name), None)
     frame = current_leg()
+    frame.last_results[frame.scope, agent.name] = (context.tool_call_id, context.tool_name,
+                                                   result)
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=context.tool_call_id,
         arguments=context.tool_arguments, scope=frame.scope, agent=agent.name,

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.group_commit import Journal, Write
@@ -32,6 +33,12 @@ class Leg:
     """``(scope, call_id)`` of each function tool call whose output a tool output
     guardrail blocked, and whose execution it recorded, until ``on_tool_end`` skips it
     (shared like ``handoff_calls``)."""
+
+    last_results: dict[tuple[Scope, str], tuple[str, str, Any]] = field(
+        default_factory=dict, compare=False)
+    """Per ``(scope, agent name)``: ``(call_id, tool name, result)`` of the function tool
+    the agent ran last, which is its final output when a tool ends its turn (an agent
+    output guardrail that trips then withholds it; shared like ``handoff_calls``)."""
 
     def record(self, write: Write) -> None:
         """Record evidence of this leg (queued, or durable at once; see ``since``)."""
