@@ -17,6 +17,7 @@ from agents import (
     Runner,
     SQLiteSession,
     function_tool,
+    handoff,
     output_guardrail,
 )
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -158,3 +159,24 @@ async def test_an_agent_output_guardrail_that_withholds_a_tool_output(tmp_path: 
     assert verify_ledger(Ledger(tmp_path)).violations == []
     blocks = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "guardrail"]
     assert [(b["call_id"], b["guardrail"]) for b in blocks] == [("c-1", "no_secrets")]
+
+
+async def test_a_handoff_object_is_followed_to_its_agent(tmp_path: Path):
+    billing = Agent(name="billing", tools=[issue_credit], model=ScriptedModel([
+        ModelStep(output=[function_call("issue_credit", {"amount": "5"}, call_id="c-7")]),
+        ModelStep(output=[assistant_message("credited")]),
+    ]))
+    agent = Agent(name="triage", handoffs=[handoff(billing)], model=ScriptedModel([
+        ModelStep(output=[function_call("transfer_to_billing", {}, call_id="c-h")]),
+    ]))
+    recorder = Recorder(tmp_path)
+    result = await recorder.run(agent, "credit 5")
+    state = result.to_state()
+    for item in state.get_interruptions():
+        recorder.approve(state, item, approver="alice")  # was: 'c-7' ... was not recorded
+    result = await recorder.run(agent, state)
+    assert result.final_output == "credited"
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+    calls = [(e.body["agent"], e.body["call_id"]) for e, _ in Ledger(tmp_path).entries()
+             if e.kind == "call"]
+    assert ("billing", "c-7") in calls

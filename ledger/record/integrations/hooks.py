@@ -92,7 +92,8 @@ def persisted_output(
 def attach(agent: Agent[Any]) -> Agent[Any]:
     """Attach recording to ``agent`` and the agents reachable from it, in place.
 
-    Reachable: agents run through ``Agent.as_tool`` and ``Agent`` objects in ``handoffs``.
+    Reachable: agents run through ``Agent.as_tool``, and the agents ``handoffs`` lead to
+    (listed bare, or as ``handoff(agent)`` objects).
     Sets a chaining agent hook on each agent (one an ``Agent.clone()`` carries over is
     kept) and wraps its function tools (agent-as-tool scope, callable ``needs_approval``)
     and their tool input and output guardrails (also ones added since the last call).
@@ -122,8 +123,18 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
             nested = getattr(tool, "_agent_instance", None)
             if isinstance(nested, Agent):
                 todo.append(nested)
-        todo.extend(h for h in current.handoffs if isinstance(h, Agent))
+        todo.extend(_handoff_target(h) for h in current.handoffs)
+        todo = [a for a in todo if isinstance(a, Agent)]
     return agent
+
+
+def _handoff_target(item: Any) -> Any:
+    """The agent a handoff leads to: an ``Agent`` listed bare, or the one a ``handoff(agent)``
+    object was made for (the SDK keeps a weak reference to it; None for a custom one)."""
+    if isinstance(item, Handoff):
+        ref = getattr(item, "_agent_ref", None)
+        return ref() if callable(ref) else None
+    return item
 
 
 def _records(agent: Agent[Any]) -> bool:
