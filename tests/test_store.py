@@ -1,6 +1,7 @@
 """The append-only log: framing, atomic groups, torn tails, tampering, two writers."""
 
 import os
+import tracemalloc
 
 import pytest
 
@@ -89,6 +90,25 @@ def test_zero_filled_tail_is_torn(tmp_path):
         fh.write(bytes(64))
     report = verify_ledger(Ledger(tmp_path))
     assert report.ok and report.tree_size == 2 and "torn tail" in report.notices[0]
+
+
+@pytest.mark.parametrize("last", [b"\0", b"\1"], ids=["zero-tail", "garbage-at-its-end"])
+def test_a_large_tail_after_a_bad_header_is_read_in_bounded_memory(tmp_path, last):
+    _ledger(tmp_path, 2)
+    size = (tmp_path / LOG_NAME).stat().st_size
+    with open(tmp_path / LOG_NAME, "r+b") as fh:  # sparse: 64 MiB of zeros, cheap to make
+        fh.truncate(size + (64 << 20))
+        fh.seek(size + (64 << 20) - 1)
+        fh.write(last)
+    tracemalloc.start()
+    try:
+        items = list(Ledger(tmp_path).scan())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * framing.READ_SIZE, peak  # a few reads; was the whole tail, twice over
+    assert [type(i).__name__ for i in items] == ["Record", "Record"] + (
+        ["TornTail"] if last == b"\0" else ["Damage"])
 
 
 def test_every_flipped_byte_is_an_integrity_violation_with_its_seq(tmp_path):

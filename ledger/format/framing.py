@@ -230,7 +230,7 @@ def scan_stream(fh: BinaryIO, size: int, offset: int = 0, index: int = 0) -> Ite
             pending += records
         pos, need = run.end, run.need
         if run.problem:
-            if run.problem == BAD_HEADER and not (buf[pos:] + fh.read()).strip(b"\x00"):
+            if run.problem == BAD_HEADER and _zeros_to_the_end(buf[pos:], fh):
                 break  # zero-filled tail left by a crash: torn, not tampered
             yield from pending
             yield Damage(index + len(pending), offset, run.problem)
@@ -238,6 +238,17 @@ def scan_stream(fh: BinaryIO, size: int, offset: int = 0, index: int = 0) -> Ite
     end = pending[0].offset if pending else offset
     if end < size:
         yield TornTail(end, size - end, len(pending))
+
+
+def _zeros_to_the_end(head: bytes, fh: BinaryIO) -> bool:
+    """True when ``head`` and the rest of ``fh`` hold nothing but zero bytes; reads
+    :data:`READ_SIZE` bytes at a time, so memory stays bounded whatever the tail's size."""
+    chunk = head
+    while chunk:
+        if chunk.count(0) != len(chunk):
+            return False
+        chunk = fh.read(READ_SIZE)
+    return True
 
 
 def scan_bytes(data: bytes) -> Iterator[ScanItem]:
