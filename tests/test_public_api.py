@@ -229,3 +229,8 @@ async def test_run_demo_in_async_code_says_so(tmp_path):
     with pytest.raises(el.UsageError, match="call it outside async code"):
         el.run_demo(tmp_path / "demo")
     assert not (tmp_path / "demo").exists()
+
+
+def test_an_unknown_kind_is_refused_at_the_call(evidence):
+    with pytest.raises(el.UsageError, match="unknown kind 'nope'"):
+        el.Ledger(evidence["ledger"]).entries(kind="nope")  # not iterated

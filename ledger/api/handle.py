@@ -107,8 +107,11 @@ class Ledger:
                 entry names ``call_id``.
             EvidenceError: at the first damaged record (run :meth:`verify` for all).
         """
-        if kind is not None and kind not in KINDS:
+        if kind is not None and kind not in KINDS:  # at the call, not at the first next()
             raise UsageError(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
+        return self._entries(kind, call_id)
+
+    def _entries(self, kind: str | None, call_id: str | None) -> Iterator[dict[str, Any]]:
         named = call_id is None
         for entry, hash_ in self._book.entries():
             if call_id is not None and entry.body.get("call_id") != call_id:
