@@ -45,28 +45,32 @@ def sdk_venv(version: str) -> Path:
     return cached_venv(VENVS_DIR / version, runtime_requirements(version))
 
 
-def cached_venv(venv: Path, requirements: list[str]) -> Path:
-    """The ``bin/`` folder of the venv at ``venv`` holding ``requirements`` and this project
-    (editable), built on first use and rebuilt when the requirements change (see the
-    module docstring).
+def cached_venv(venv: Path, requirements: list[str], editable: bool = True) -> Path:
+    """The ``bin/`` folder of the venv at ``venv`` holding ``requirements`` and (unless
+    ``editable`` is False: the caller installs the project its own way) this project,
+    editable; built on first use and rebuilt when the requirements change (see the module
+    docstring).
 
     Raises:
         RuntimeError: if ``venv`` or ``pip`` fails (the message ends with its output).
     """
     bin_dir, marker = venv / "bin", venv / MARKER
-    project = "project " + hashlib.sha256((REPO_ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    digest = hashlib.sha256((REPO_ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    project = f"project {digest}" if editable else "project not installed"
     pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
+    install = [*pip, "--no-deps", "-e", str(REPO_ROOT)]
     recorded = marker.read_text("utf-8").splitlines() if marker.exists() else []
-    if recorded[:-1] == requirements:
+    if recorded[:-1] == requirements and (editable or recorded[-1:] == [project]):
         if recorded[-1:] != [project]:  # packaging changed: reinstall the project only
-            run_checked([*pip, "--no-deps", "-e", str(REPO_ROOT)])
+            run_checked(install)
             marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
         return bin_dir
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     run_checked([sys.executable, "-m", "venv", str(venv)])
     run_checked([*pip, *requirements])
-    run_checked([*pip, "--no-deps", "-e", str(REPO_ROOT)])
+    if editable:
+        run_checked(install)
     marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
     return bin_dir
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from .helpers import ingest, run_cli
+from .sdk_venvs import cached_venv
 from .test_readme import quick_start
 
 pytestmark = pytest.mark.release_matrix
@@ -55,19 +55,6 @@ def _requirements(extras: tuple[str, ...]) -> list[str]:
     return found
 
 
-def _venv(name: str, requirements: list[str]) -> Path:
-    """``bin/`` of a cached venv holding ``requirements`` (rebuilt when they change)."""
-    venv, marker = VENVS / name, VENVS / name / ".installed"
-    if marker.exists() and marker.read_text().splitlines() == requirements:
-        return venv / "bin"
-    shutil.rmtree(venv, ignore_errors=True)
-    VENVS.mkdir(parents=True, exist_ok=True)
-    _checked([sys.executable, "-m", "venv", str(venv)])
-    _checked([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *requirements])
-    marker.write_text("\n".join(requirements) + "\n")
-    return venv / "bin"
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's wheel, built from this checkout."""
@@ -79,7 +66,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _installed(name: str, extras: tuple[str, ...], wheel: Path) -> Path:
-    bin_dir = _venv(name, _requirements(extras))
+    bin_dir = cached_venv(VENVS / name, _requirements(extras), editable=False)
     _checked([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-deps",
               "--force-reinstall", str(wheel)])
     return bin_dir
