@@ -26,7 +26,7 @@ from agents import Agent, RunState
 from evidence_ledger.format import digests
 from evidence_ledger.format.entries import Entry
 from evidence_ledger.record.integrations.openai_agents import Recorder
-from evidence_ledger.record.integrations.run_states import RUN_STATE_KEY, state_id
+from evidence_ledger.record.integrations.run_states import state_id
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.audit import verify_ledger
 from evidence_ledger.verify.lineage import run_state_forest
@@ -78,7 +78,8 @@ async def test_fork_gives_siblings_and_binds_each_leg(tmp_path: Path, streamed: 
     made = states(found)
     (_, a, _), (_, b, _) = made[:2]
     assert made == [
-        ("to_state", a, None), ("to_state", b, None), ("resume", b, None), ("resume", a, None),
+        ("to_state", a, None), ("to_state", b, None), ("decided", a, None), ("resume", b, None),
+        ("resume", a, None),
     ]
     assert a != b
     wire = scenarios.tag("fork", streamed) + "-wire"
@@ -112,9 +113,9 @@ async def test_nested_call_runs_at_its_scope_on_the_loaded_state(
     await scenarios.SCENARIOS[f"nested{depth}"](Recorder(tmp_path), streamed)
     found = entries(tmp_path)
     made = states(found)
-    (_, saved, _), (_, loaded, _) = made[0], made[2]
-    assert made == [("to_state", saved, None), ("to_json", saved, None),
-                    ("loaded", loaded, saved), ("resume", loaded, saved)]
+    (_, saved, _), (_, loaded, _) = made[0], made[1]
+    assert made == [("to_state", saved, None), ("loaded", loaded, saved),
+                    ("decided", loaded, saved), ("resume", loaded, saved)]
     tag = scenarios.tag(f"nested{depth}", streamed)
     scope = tuple(f"ask_l{k}:{tag}-l{k}" for k in range(1, depth + 1))
     assert bound(found, "decision") == [(f"{tag}-wire", scope, loaded)]
@@ -130,10 +131,10 @@ async def test_retry_resumes_the_same_state_again(tmp_path: Path, streamed: bool
     await scenarios.SCENARIOS["retry_write"](Recorder(tmp_path), streamed)
     found = entries(tmp_path)
     made = states(found)
-    loaded = made[2][1]
+    loaded = made[1][1]
     assert [(event, parent) for event, _, parent in made] == [
-        ("to_state", None), ("to_json", None), ("loaded", made[0][1]), ("resume", made[0][1]),
-        ("resume", made[0][1]),
+        ("to_state", None), ("loaded", made[0][1]), ("decided", made[0][1]),
+        ("resume", made[0][1]), ("resume", made[0][1]),
     ]
     assert [s for s in bound(found, "run_end")] == [
         ("interrupted", (), None), ("failed", (), loaded), ("completed", (), loaded),
@@ -169,22 +170,22 @@ async def test_states_of_a_resumed_leg_are_children_of_the_state_it_resumed(
     assert [p for e, _, p in states(entries(tmp_path)) if e == "to_state"] == [
         None, state_id(first), state_id(first),
     ]
-    assert isinstance(one, RunState) and type(one).__name__ == "RunState"
+    assert type(one) is RunState  # the object is the SDK's, untouched
 
 
-async def test_to_json_and_to_string_carry_the_state_id(tmp_path: Path) -> None:
+async def test_to_json_and_to_string_are_the_sdks_own(tmp_path: Path) -> None:
     recorder, agent = Recorder(tmp_path), two_step_agent()
     state = (await recorder.run(agent, "pay")).to_state()
+    before = len(entries(tmp_path))
     data = state.to_json()
-    text = state.to_string()
 
-    assert data["context"]["context"][RUN_STATE_KEY] == state_id(state)
-    assert json.loads(text)["context"]["context"][RUN_STATE_KEY] == state_id(state)
-    serialised = [e.body for e in entries(tmp_path) if e.kind == "run_state"][1:]
-    assert [b["event"] for b in serialised] == ["to_json", "to_json"]
-    assert serialised[0]["digest"] == hashlib.sha256(digests.canonical_json(data)).digest()
-    # the live context, shared with sibling states, is left as it was
-    assert RUN_STATE_KEY not in state._context.context
+    assert json.loads(state.to_string()) == data
+    assert "evidence_ledger" not in json.dumps(data)
+    assert len(entries(tmp_path)) == before  # serialising records nothing
+    [made] = [e.body for e in entries(tmp_path) if e.kind == "run_state"]
+    stable = {**data, "context": {k: v for k, v in data["context"].items()
+                                  if k not in ("context", "context_meta")}}
+    assert made["digest"] == hashlib.sha256(digests.canonical_json(stable)).digest()
 
 
 async def test_a_state_loaded_twice_gives_two_children(tmp_path: Path) -> None:
@@ -202,7 +203,7 @@ async def test_a_state_loaded_twice_gives_two_children(tmp_path: Path) -> None:
     assert root.state_id == state_id(saved)
     assert [c.state_id for c in root.children] == [state_id(one), state_id(two)]
     assert [[e.event for e in c.events] for c in root.children] == [
-        ["loaded"], ["loaded", "resume"],
+        ["loaded", "decided"], ["loaded", "resume"],
     ]
     assert verify_ledger(Ledger(tmp_path)).violations == []
 
@@ -214,7 +215,8 @@ async def test_a_copied_state_is_a_child_of_the_original(tmp_path: Path) -> None
     assert state_id(duplicate) is None
     scenarios.approve_all(recorder, duplicate)
 
-    assert states(entries(tmp_path))[-1] == ("loaded", state_id(duplicate), state_id(original))
+    assert [s for s in states(entries(tmp_path)) if s[1] == state_id(duplicate)][0] == (
+        "loaded", state_id(duplicate), state_id(original))
     assert [e.body["run_state"] for e in entries(tmp_path) if e.kind == "decision"] == [
         state_id(duplicate),
     ]

@@ -32,7 +32,7 @@ from agents import Agent, RunState, SQLiteSession, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from evidence_ledger.format.errors import StorageError, UsageError
-from evidence_ledger.record.integrations import group_commit, openai_agents
+from evidence_ledger.record.integrations import group_commit, openai_agents, run_states
 from evidence_ledger.record.integrations.openai_agents import Recorder
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.audit import verify_ledger
@@ -77,8 +77,9 @@ def fixed_ids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
     def restart() -> None:
         counter = itertools.count()
-        monkeypatch.setattr(openai_agents, "uuid", SimpleNamespace(
-            uuid4=lambda: SimpleNamespace(hex=f"{next(counter):032x}")))
+        ids = SimpleNamespace(uuid4=lambda: SimpleNamespace(hex=f"{next(counter):032x}"))
+        monkeypatch.setattr(openai_agents, "uuid", ids)
+        monkeypatch.setattr(run_states, "uuid", ids)
 
     return restart
 
@@ -169,7 +170,7 @@ async def test_approval_flow_group_records_what_entry_records(
         ]
 
     group, entry = recorded["group"], recorded["entry"]
-    assert len(group) == 32
+    assert len(group) == 34  # 3 decisions, each with its "decided" run state
     assert sorted(map(repr, group)) == sorted(map(repr, entry))
 
     def per_call(found: list[Any]) -> dict[str | None, list[str]]:
@@ -400,7 +401,7 @@ sys.path.insert(0, {str(REPO)!r})
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 from agents import Agent, RunState, SQLiteSession, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-from evidence_ledger.record.integrations import group_commit, openai_agents
+from evidence_ledger.record.integrations import group_commit, openai_agents, run_states
 from evidence_ledger.record.integrations.openai_agents import Recorder
 counter = itertools.count()
 openai_agents.uuid = types.SimpleNamespace(

@@ -6,15 +6,19 @@ and compares what the app can observe.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 from agents import (
     Agent,
     GuardrailFunctionOutput,
     OutputGuardrailTripwireTriggered,
     Runner,
+    RunState,
     SQLiteSession,
     function_tool,
     handoff,
@@ -180,3 +184,131 @@ async def test_a_handoff_object_is_followed_to_its_agent(tmp_path: Path):
     calls = [(e.body["agent"], e.body["call_id"]) for e, _ in Ledger(tmp_path).entries()
              if e.kind == "call"]
     assert ("billing", "c-7") in calls
+
+
+# -- run contexts, run states and agents are left as they were ----------------------------
+
+
+@function_tool(needs_approval=True)
+def pay(amount: int) -> str:
+    """Pay (gated)."""
+    return f"paid {amount}"
+
+
+def _gated_agent() -> Agent[Any]:
+    return Agent(name="payer", tools=[pay], model=ScriptedModel([
+        ModelStep(output=[function_call("pay", {"amount": 3}, call_id="c-pay")]),
+        ModelStep(output=[assistant_message("paid")]),
+    ]))
+
+
+@dataclasses.dataclass
+class AppContext:
+    user: str
+    seen: list[str] = dataclasses.field(default_factory=list)
+
+
+class PydanticContext(pydantic.BaseModel):
+    user: str
+
+
+class PlainObject:
+    def __init__(self) -> None:
+        self.user = "ann"
+
+
+CONTEXTS = {
+    "none": lambda: None,
+    "mapping": lambda: {"user": "ann"},
+    "dataclass": lambda: AppContext("ann"),
+    "pydantic": lambda: PydanticContext(user="ann"),
+    "object": PlainObject,
+}
+
+
+def _snapshot(context: Any) -> Any:
+    return None if context is None else copy.deepcopy(vars(context) if not isinstance(
+        context, dict) else context)
+
+
+@pytest.mark.parametrize("kind", sorted(CONTEXTS))
+async def test_any_run_context_is_left_untouched(tmp_path: Path, kind: str):
+    context = CONTEXTS[kind]()
+    before = _snapshot(context)
+    recorder, agent = Recorder(tmp_path), _gated_agent()
+    paused = await recorder.run(agent, "pay", context=context)
+    state = paused.to_state()
+    assert state._context is not None and state._context.context is context
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    done = await recorder.run(agent, state)
+
+    assert done.final_output == "paid"
+    assert done.context_wrapper.context is context and _snapshot(context) == before
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_dataclass_context_round_trips_through_json(tmp_path: Path):
+    context = AppContext("ann")
+    paused = await Recorder(tmp_path).run(_gated_agent(), "pay", context=context)
+    text = paused.to_state().to_string()
+    agent = _gated_agent()
+    agent.model = ScriptedModel([ModelStep(output=[assistant_message("paid")])])
+    restored = await RunState.from_string(
+        agent, text, context_deserializer=lambda data: AppContext(**data))
+    recorder = Recorder(tmp_path)  # as in another process
+    recorder.approve(restored, restored.get_interruptions()[0], approver="ann")
+    done = await recorder.run(agent, restored)
+
+    assert isinstance(done.context_wrapper.context, AppContext)
+    found = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "run_state"]
+    assert [b["event"] for b in found] == ["to_state", "loaded", "decided", "resume"]
+    assert len({b["run_id"] for b in found}) == 1
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_run_state_no_recorder_saw_is_adopted(tmp_path: Path):
+    paused = await Runner.run(_gated_agent(), "pay")  # not recorded
+    agent = _gated_agent()
+    agent.model = ScriptedModel([ModelStep(output=[assistant_message("paid")])])
+    state = await RunState.from_json(agent, paused.to_state().to_json())
+    recorder = Recorder(tmp_path)
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    done = await recorder.run(agent, state)
+
+    assert done.final_output == "paid"
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    assert [k for k, _ in found][:3] == ["call", "run_state", "decision"]
+    adopted = found[1][1]
+    assert (adopted["event"], adopted["parent"]) == ("adopted", None)
+    assert [i["call_id"] for i in adopted["interruptions"]] == ["c-pay"]
+    assert {b["run_id"] for _, b in found if "run_id" in b} == {adopted["run_id"]}
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["c-pay"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_an_adopted_state_resumed_without_approval_is_reported(tmp_path: Path):
+    paused = await Runner.run(_gated_agent(), "pay")
+    state = paused.to_state()
+    state.approve(state.get_interruptions()[0])  # approved behind the recorder's back
+    agent = _gated_agent()
+    agent.model = ScriptedModel([ModelStep(output=[assistant_message("paid")])])
+    await Recorder(tmp_path).run(agent, state)
+
+    rules = {v.rule for v in verify_ledger(Ledger(tmp_path)).violations}
+    assert "approval_binding" in rules
+
+
+async def test_a_recorded_agent_runs_plainly_and_compares_as_before(tmp_path: Path):
+    recorded, twin = _agent(), _agent()
+    twin.model = recorded.model = None
+    assert recorded == twin
+    recorded.model = _agent().model
+    await Recorder(tmp_path).run(recorded, "hi")
+    before = len(list(Ledger(tmp_path).entries()))
+    recorded.model = twin.model = None
+    assert recorded == twin  # the recording hooks compare as the hooks they wrap
+
+    recorded.model = _agent().model
+    plain = await Runner.run(recorded, "hi")  # no recorder: it runs, nothing is recorded
+    assert plain.final_output == "done"
+    assert len(list(Ledger(tmp_path).entries())) == before

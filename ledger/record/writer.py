@@ -19,7 +19,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from evidence_ledger.format import digests, encoding
@@ -54,7 +54,32 @@ class Interruption(NamedTuple):
 RUN_STATUSES = ("completed", "interrupted", "failed")
 DECISIONS = ("approve", "reject")
 SESSION_OPS = ("add", "pop", "clear")
-STATE_EVENTS = ("to_state", "to_json", "loaded", "resume")
+STATE_EVENTS = ("to_state", "to_json", "loaded", "resume", "decided", "adopted")
+_MADE = frozenset({"to_state", "to_json", "decided", "adopted"})
+"""Events of a state whose content was new then: what :meth:`EvidenceWriter.find_state`
+matches (a ``loaded`` or ``resume`` entry repeats the content of a state made earlier)."""
+
+
+def _pending_fields(interruptions: Sequence[Interruption]) -> list[dict[str, Any]]:
+    """The ``interruptions`` maps of a ``run_state`` body, in canonical key order."""
+    pending = []
+    for item in interruptions:
+        fields = {
+            "call_id": item.call_id, "tool": item.tool, "agent": item.agent,
+            "scope": None if item.scope is None else list(item.scope),
+            "args_digest": (
+                None if item.arguments is None
+                else digests.arguments_digest(item.arguments).digest
+            ),
+        }
+        pending.append({name: fields[name] for name in encoding.canonical_order(fields)})
+    return pending
+
+
+def _pending_key(pending: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    """What identifies a paused run by its pending approvals: ``(call_id, agent, tool,
+    args_digest)`` of each (not the scope, which is looked up when recorded)."""
+    return tuple((p["call_id"], p["agent"], p["tool"], p["args_digest"]) for p in pending)
 
 
 def item_bytes(item: Any) -> bytes:
@@ -133,6 +158,7 @@ class EvidenceWriter:
         self._call_agents: dict[CallKey, str] = {}
         self._calls_by_id: dict[tuple[str, str], list[bytes]] = {}
         self._ingested: set[bytes] = set()
+        self._states: dict[bytes | tuple[Any, ...], tuple[str, str]] = {}
 
     # -- indexes -------------------------------------------------------------------
 
@@ -145,6 +171,12 @@ class EvidenceWriter:
             self._calls_by_id.setdefault((body["run_id"], body["call_id"]), []).append(hash_)
         elif entry.kind == "ingest":
             self._ingested.add(body["file_sha256"])
+        elif entry.kind == "run_state" and body["event"] in _MADE:
+            found = (body["run_id"], body["state_id"])
+            if body["digest"] is not None:
+                self._states[body["digest"]] = found
+            if body["interruptions"]:
+                self._states[_pending_key(body["interruptions"])] = found
 
     def find_call(self, run_id: str, scope: Sequence[str] | None, call_id: str) -> bytes | None:
         """Entry hash of the recorded call, or None.
@@ -174,6 +206,21 @@ class EvidenceWriter:
             if len(keys) > 1 and agent is not None:
                 keys = [key for key in keys if self._call_agents.get(key) == agent]
             return [scope for _, scope, _ in keys]
+
+    def find_state(
+        self, digest: bytes | None, interruptions: Sequence[Interruption]
+    ) -> tuple[str, str] | None:
+        """``(run_id, state_id)`` of the latest run state recorded as made (``to_state``,
+        ``decided``, ``adopted``; ``to_json`` of older recorders) with this 32-byte
+        ``digest``; else, when ``interruptions`` is not empty, of the latest one with the
+        same pending approvals (call id, agent, tool and arguments digest of each, in
+        order); else None. Catches up with entries other writers appended (takes the
+        writer lock)."""
+        with self.atomic():
+            found = self._states.get(digest) if digest is not None else None
+            if found is None and interruptions:
+                found = self._states.get(_pending_key(_pending_fields(interruptions)))
+            return found
 
     def already_ingested(self, file_sha256: bytes) -> bool:
         """True when an ``ingest`` entry names a file with this 32-byte SHA-256."""
@@ -510,12 +557,14 @@ class EvidenceWriter:
         """Record a run state (a paused run's ``RunState``) of run ``run_id``.
 
         ``state_id`` names the state; ``parent`` the state it was derived from.
-        ``event`` is ``to_state`` (made from a run result), ``to_json`` (serialised),
-        ``loaded`` (first met, restored from JSON) or ``resume`` (a leg resumed from
-        it). ``state`` is its serialised form (a JSON value: ``RunState.to_json()``),
-        digested into the 32-byte ``digest`` as SHA-256 over its RFC 8785 JSON (see
-        :func:`item_bytes` for values RFC 8785 refuses) and not stored; or pass ``digest``
-        itself. ``interruptions`` are its pending approvals.
+        ``event`` is one of :data:`STATE_EVENTS`: ``to_state`` (made from a run
+        result), ``to_json`` (serialised; recorders before 0.3 wrote it), ``loaded``
+        (first met, found by its digest or pending approvals), ``resume`` (a leg resumed
+        from it), ``decided`` (a decision was applied to it) or ``adopted`` (first met,
+        never recorded before: the first entry of a new run). ``state`` is its serialised
+        form (a JSON value), digested into the 32-byte ``digest`` as SHA-256 over its
+        RFC 8785 JSON (see :func:`item_bytes` for values RFC 8785 refuses) and not
+        stored; or pass ``digest`` itself. ``interruptions`` are its pending approvals.
 
         Raises:
             UsageError: if ``event`` is unknown.
@@ -524,17 +573,7 @@ class EvidenceWriter:
             raise UsageError(f"run state event must be one of {STATE_EVENTS}, not {event!r}")
         if state is not None:
             digest = item_sha256(state)
-        pending = []
-        for item in interruptions:
-            fields = {
-                "call_id": item.call_id, "tool": item.tool, "agent": item.agent,
-                "scope": None if item.scope is None else list(item.scope),
-                "args_digest": (
-                    None if item.arguments is None
-                    else digests.arguments_digest(item.arguments).digest
-                ),
-            }
-            pending.append({name: fields[name] for name in encoding.canonical_order(fields)})
+        pending = _pending_fields(interruptions)
         body = {
             "run_id": run_id, "state_id": state_id, "parent": parent, "event": event,
             "digest": digest, "interruptions": pending,

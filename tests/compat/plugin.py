@@ -25,14 +25,14 @@ With ``--compat-record``, in each test (from its setup to its teardown):
   recorder's own call of ``Runner.run``, ``Agent.as_tool`` running its agent) goes to the SDK
   unchanged: the recorder records nested agents itself. So does ``run_sync`` when a test
   installed a default runner of its own type;
-- ``RunState.approve`` / ``RunState.reject`` of a state from a recorded run go through
-  ``recorder.approve`` / ``recorder.reject`` (approver ``"compat-suite"``; ``always_approve``
-  / ``always_reject`` as ``always``, ``rejection_message`` as ``message``), so a decision a
-  test makes on the state is a recorded decision. A state whose context carries no run id
-  (built by hand, or from a run the recorder did not see) is left to the SDK and counted;
-  so are the SDK's own nested calls made while a decision is applied;
-- each error of the recorder's own (``LedgerError``: it refuses a context that is not a
-  mapping, a state that carries no run id, a call it did not record) that a routed call
+- ``RunState.approve`` / ``RunState.reject`` go through ``recorder.approve`` /
+  ``recorder.reject`` (approver ``"compat-suite"``; ``always_approve`` / ``always_reject``
+  as ``always``, ``rejection_message`` as ``message``), so a decision a test makes on a
+  state is a recorded decision (a state no recorded run made, built by hand or restored,
+  is adopted by the recorder). The SDK's own calls, made while a decision is applied or
+  inside a recorded leg (approvals handed on to a nested agent's state), go to the SDK
+  unchanged and are counted;
+- each error of the recorder's own (``LedgerError``: a call it did not record) that a routed call
   raises is kept with the test, even if the test or the SDK swallows it (a run in a
   background task): a test that then times out is reported with its real cause;
 - after teardown, the recorder's queue is flushed and the ledger verified
@@ -143,9 +143,8 @@ def _route() -> None:
     from agents import Runner, RunState
     from agents.run import AgentRunner, get_default_agent_runner
 
-    from evidence_ledger import LedgerError, UsageError
+    from evidence_ledger import LedgerError
     from evidence_ledger.record.integrations.legs import CURRENT_LEG
-    from evidence_ledger.record.integrations.run_states import state_run_id
 
     run, run_streamed, run_sync = Runner.run, Runner.run_streamed, Runner.run_sync
     approve, reject = RunState.approve, RunState.reject
@@ -200,12 +199,10 @@ def _route() -> None:
             return run_sync(*args, **kwargs)
         return RoutedRunner().run_sync(*args, **kwargs)
 
-    def recorded_state(state: Any) -> bool:
-        try:
-            state_run_id(state)
-        except UsageError:
-            return False
-        return True
+    def by_the_sdk() -> bool:
+        """True for a decision the SDK applies itself: while a decision is applied, or in a
+        recorded leg (the approvals it hands on to a nested agent's state)."""
+        return _DECIDING.get() or CURRENT_LEG.get() is not None
 
     @contextlib.contextmanager
     def deciding() -> Iterator[None]:
@@ -216,7 +213,7 @@ def _route() -> None:
             _DECIDING.reset(token)
 
     def routed_approve(self: Any, approval_item: Any, always_approve: bool = False) -> None:
-        if _current is None or _DECIDING.get() or not recorded_state(self):
+        if _current is None or by_the_sdk():
             if _current is not None and not _DECIDING.get():
                 _current.stats["unrecorded_decisions"] += 1
             with deciding():
@@ -228,7 +225,7 @@ def _route() -> None:
 
     def routed_reject(self: Any, approval_item: Any, always_reject: bool = False, *,
                       rejection_message: str | None = None) -> None:
-        if _current is None or _DECIDING.get() or not recorded_state(self):
+        if _current is None or by_the_sdk():
             if _current is not None and not _DECIDING.get():
                 _current.stats["unrecorded_decisions"] += 1
             with deciding():

@@ -395,13 +395,23 @@ of ours reached again through the user's own (which may wrap ours) record nothin
 
 
 class _RecordingHooks(AgentHooks[Any]):
-    """Agent hooks that record, then call the hooks the user had set (``inner``)."""
+    """Agent hooks that record (in a recorded leg; elsewhere they record nothing), then
+    call the hooks the user had set (``inner``). They compare equal to ``inner`` (and to
+    recording hooks that wrap equal hooks), so an agent compares as it did before."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _RecordingHooks):
+            other = other.inner
+        return bool(self.inner == other)
+
+    def __hash__(self) -> int:
+        return hash(self.inner)
+
     async def _forward(self, name: str, *args: Any, record: Any = None) -> None:
-        if record is not None and not _RECORDING.get():
+        if record is not None and not _RECORDING.get() and CURRENT_LEG.get() is not None:
             record()
         if self.inner is not None:
             token = _RECORDING.set(True)

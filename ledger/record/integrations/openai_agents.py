@@ -92,7 +92,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from operator import methodcaller
 from typing import Any
@@ -108,14 +108,13 @@ from evidence_ledger.record.integrations.hooks import attach, pending_handoffs
 from evidence_ledger.record.integrations.legs import Leg, entered
 from evidence_ledger.record.integrations.recorded_session import is_recorded, recorded_session
 from evidence_ledger.record.integrations.run_states import (
-    RUN_ID_KEY,
-    RUN_STATE_KEY,
-    STATE_ATTR,
     StateInfo,
+    match_state,
+    pending_approvals,
     record_state,
     register_state,
+    state_entry,
     state_info,
-    state_run_id,
 )
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -263,21 +262,13 @@ class Recorder:
         if session is not None and not is_recorded(session):
             kwargs["session"] = recorded_session(self.writer, session)
         if isinstance(input, RunState):
+            current = getattr(input, "_current_agent", None)
+            if isinstance(current, Agent):  # the SDK resumes with the state's agent
+                attach(current)
             info = self._adopt(input, since=since, resume=True)
             return Leg(self._journal, since, info.run_id, run_state=info.state_id,
                        handoff_calls=pending_handoffs(input))
-        run_id = uuid.uuid4().hex
-        context = kwargs.get("context")
-        if context is None:
-            kwargs["context"] = {RUN_ID_KEY: run_id}
-        elif isinstance(context, MutableMapping):
-            context[RUN_ID_KEY] = run_id
-        else:
-            raise UsageError(
-                f"the recorder keeps its run id in a mapping run context, not in a "
-                f"{type(context).__name__}"
-            )
-        return Leg(self._journal, since, run_id)
+        return Leg(self._journal, since, uuid.uuid4().hex)
 
     # -- run states --------------------------------------------------------------------
 
@@ -299,31 +290,45 @@ class Recorder:
     def _adopt(
         self, state: RunState[Any, Any], since: int | None = None, resume: bool = False
     ) -> StateInfo:
-        """The id of ``state``; a state not seen before (one restored with
-        ``RunState.from_json``) gets one, with the id its JSON carried as parent, and a
-        ``loaded`` entry; ``resume``: then a ``resume`` entry (one serialisation for
-        both). Entries are recorded as :meth:`Journal.record` says for ``since``."""
+        """The id and run of ``state``. A state object not met before gets a new id: its
+        parent and run are those of the recorded state it matches (a ``loaded`` entry),
+        else it starts a new run (an ``adopted`` entry, after a ``call`` for each approval
+        it waits on); see :mod:`~evidence_ledger.record.integrations.run_states`.
+        ``resume``: then a ``resume`` entry. Entries are recorded as
+        :meth:`Journal.record` says for ``since``."""
         info = state_info(state)
-        if info is not None:
-            if info.journal is not self._journal:  # its to_json() now records here
-                info = replace(info, journal=self._journal)
-                register_state(state, info)
-            if resume:
-                record_state(state, info, "resume", since=since)
-            return info
-        run_id = state_run_id(state)
-        context = state._context.context if state._context is not None else None
-        parent = getattr(state, STATE_ATTR, None)  # a copy (copy.copy) of a state we met
-        if parent is None and isinstance(context, Mapping):
-            parent = context.get(RUN_STATE_KEY)
-        info = StateInfo(
-            self._journal, uuid.uuid4().hex, parent if isinstance(parent, str) else None, run_id,
-        )
-        register_state(state, info)
-        data = record_state(state, info, "loaded", since=since)
+        if info is not None and info.journal is not self._journal:  # now recorded here
+            info = replace(info, journal=self._journal)
+            register_state(state, info)
+        if info is None:
+            info = match_state(self._journal, state)
+            register_state(state, info)
+            if info.parent is None:
+                self._record_pending_calls(state, info, since)
+            record_state(state, info, "loaded" if info.parent is not None else "adopted",
+                         since=since)
         if resume:
-            record_state(state, info, "resume", data, since=since)
+            record_state(state, info, "resume", since=since)
         return info
+
+    def _record_pending_calls(
+        self, state: RunState[Any, Any], info: StateInfo, since: int | None
+    ) -> None:
+        """Record, at top-level scope, the call of each approval an adopted ``state`` waits
+        on (its model response was never seen; the SDK paused it, so it needs approval)."""
+        clock = self.writer.clock
+        calls = [methodcaller(
+            "call", run_id=info.run_id, call_id=item.call_id, agent=item.agent or "",
+            tool=item.tool or "", arguments=item.arguments or "", needs_approval=True,
+            time_ns=clock(),
+        ) for item in pending_approvals(state)]
+
+        def write(writer: EvidenceWriter) -> None:
+            for call in calls:
+                call(writer)
+
+        if calls:
+            self._journal.record(write, since)
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -349,15 +354,13 @@ class Recorder:
             StorageError: if the decision (or evidence queued before it) could not be
                 appended; the decision is then not applied.
         """
-        pending, run_id, scope = self._pending(state, item)
-        made_on = self._adopt(state).state_id
+        pending, info, scope = self._pending(state, item)
 
         def decide(writer: EvidenceWriter) -> None:  # nothing is recorded if the SDK refuses
-            _decision(writer, run_id, scope, item, "approve", approver, reason, None, always,
-                      made_on)
+            _decision(writer, info, scope, item, "approve", approver, reason, None, always)
             state.approve(pending, always_approve=always)
 
-        self._journal.commit(decide, join=False)
+        self._decide(state, info, decide)
 
     def reject(
         self,
@@ -379,33 +382,43 @@ class Recorder:
         Raises:
             UsageError, StorageError: as :meth:`approve`.
         """
-        pending, run_id, scope = self._pending(state, item)
-        made_on = self._adopt(state).state_id
+        pending, info, scope = self._pending(state, item)
         text = DEFAULT_APPROVAL_REJECTION_MESSAGE if message is None else message
 
         def decide(writer: EvidenceWriter) -> None:
-            _decision(writer, run_id, scope, item, "reject", approver, reason, text, always,
-                      made_on)
+            _decision(writer, info, scope, item, "reject", approver, reason, text, always)
             state.reject(pending, always_reject=always, rejection_message=text)
 
-        self._journal.commit(decide, join=False)
+        self._decide(state, info, decide)
+
+    def _decide(
+        self, state: RunState[Any, Any], info: StateInfo, decide: Callable[[EvidenceWriter], None]
+    ) -> None:
+        """Record and apply a decision (``decide``), then record the state's new digest
+        (``decided``, so that its JSON is found when restored), in a group of their own."""
+
+        def decided(writer: EvidenceWriter) -> None:
+            decide(writer)
+            state_entry(state, info, "decided")(writer)
+
+        self._journal.commit(decided, join=False)
 
     def _pending(
         self, state: RunState[Any, Any], item: ToolApprovalItem
-    ) -> tuple[ToolApprovalItem, str, Scope]:
-        run_id = state_run_id(state)
+    ) -> tuple[ToolApprovalItem, StateInfo, Scope]:
         matches = [i for i in state.get_interruptions() if i.call_id == item.call_id]
         if not matches:
             raise UsageError(f"no pending interruption with call_id {item.call_id!r}")
         agent = _agent_name(item)
         matches = [i for i in matches if i is item] or [
             i for i in matches if _agent_name(i) == agent] or matches
-        call_id = str(item.call_id)
+        info = self._adopt(state)
+        run_id, call_id = info.run_id, str(item.call_id)
         scopes = self._journal.read(lambda writer: writer.call_scopes(run_id, call_id, agent))
         if len(scopes) != 1:
             found = "was not recorded" if not scopes else f"is in {len(scopes)} scopes"
             raise UsageError(f"call {item.call_id!r} of run {run_id} {found}")
-        return matches[0], run_id, scopes[0]
+        return matches[0], info, scopes[0]
 
 
 def _agent_name(item: ToolApprovalItem) -> str | None:
@@ -414,12 +427,12 @@ def _agent_name(item: ToolApprovalItem) -> str | None:
 
 
 def _decision(
-    writer: EvidenceWriter, run_id: str, scope: Scope, item: ToolApprovalItem, decision: str,
-    approver: str, reason: str | None, message: str | None, always: bool, made_on: str,
+    writer: EvidenceWriter, info: StateInfo, scope: Scope, item: ToolApprovalItem,
+    decision: str, approver: str, reason: str | None, message: str | None, always: bool,
 ) -> None:
     writer.decision(
-        run_id=run_id, call_id=str(item.call_id), decision=decision, approver=approver,
+        run_id=info.run_id, call_id=str(item.call_id), decision=decision, approver=approver,
         scope=scope, always=always, reason=reason, message=message,
         arguments=item.arguments, agent=item.agent.name, tool=item.tool_name,
-        run_state=made_on,
+        run_state=info.state_id,
     )
