@@ -215,7 +215,7 @@ async def test_a_copied_state_is_a_child_of_the_original(tmp_path: Path) -> None
     assert state_id(duplicate) is None
     scenarios.approve_all(recorder, duplicate)
 
-    assert [s for s in states(entries(tmp_path)) if s[1] == state_id(duplicate)][0] == (
+    assert next(s for s in states(entries(tmp_path)) if s[1] == state_id(duplicate)) == (
         "loaded", state_id(duplicate), state_id(original))
     assert [e.body["run_state"] for e in entries(tmp_path) if e.kind == "decision"] == [
         state_id(duplicate),
