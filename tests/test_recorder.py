@@ -34,7 +34,6 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from agents.version import __version__ as SDK_VERSION
 
 from evidence_ledger.format.entries import Entry
-from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.hooks import IGNORED_HANDOFF
 from evidence_ledger.record.integrations.openai_agents import Recorder
 from evidence_ledger.record.integrations.recorded_session import recorded_session
@@ -724,7 +723,9 @@ async def test_a_failing_run_ends_failed(tmp_path: Path) -> None:
     assert [b["status"] for b in of_kind(entries(tmp_path), "run_end")] == ["failed"]
 
 
-async def test_misuse_is_refused(tmp_path: Path) -> None:
+async def test_an_approval_of_a_call_not_pending_is_recorded_as_the_sdk_takes_it(
+    tmp_path: Path,
+) -> None:
     recorder = Recorder(tmp_path)
     gated = function_tool(needs_approval=True)(lambda: "ok")
     gated_agent = Agent(name="g", tools=[gated], model=scripted(
@@ -733,5 +734,11 @@ async def test_misuse_is_refused(tmp_path: Path) -> None:
     [pending] = state.get_interruptions()
     stranger = pending.__class__(agent=pending.agent, raw_item=function_call(
         gated.name, {}, call_id="c-unknown"))
-    with pytest.raises(UsageError, match="no pending interruption"):
-        recorder.approve(state, stranger, approver="eve")
+    recorder.approve(state, stranger, approver="eve")  # the SDK takes it: so does the recorder
+
+    found = entries(tmp_path)
+    [call] = [b for b in of_kind(found, "call") if b["call_id"] == "c-unknown"]
+    [decision] = of_kind(found, "decision")
+    assert (call["needs_approval"], decision["call_id"]) == (None, "c-unknown")
+    assert state._context is not None and state._context.is_tool_approved(
+        gated.name, "c-unknown")

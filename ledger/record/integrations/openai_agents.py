@@ -45,9 +45,9 @@ group (``writer.atomic()``: one lock, one sync), one group at a time. The guaran
 - :meth:`Recorder.run` returns, and ``stream_events()`` of :meth:`Recorder.run_streamed`
   ends, only after the leg's evidence and its ``run_end`` are durable;
 - :meth:`Recorder.approve` / :meth:`Recorder.reject` append what is still queued, then
-  record the decision durably, then apply it; ``to_state()`` / ``to_json()`` record
-  their ``run_state`` entries durably before returning; so does a session write outside
-  a leg; :meth:`Recorder.flush` appends what is queued on demand;
+  record the decision durably, then apply it; ``to_state()`` records its ``run_state``
+  entry durably before returning; so does a session write outside a leg;
+  :meth:`Recorder.flush` appends what is queued on demand;
 - what is durable is always a prefix, in order, of the evidence produced: a crash in
   the middle of a leg loses at most the tail of that leg not yet appended (at most the
   group being synced and what was queued after it), never an entry acknowledged by the
@@ -74,8 +74,13 @@ The rest lives in modules of its own: the evidence queue and its flusher
 scope of nested calls (:mod:`evidence_ledger.record.integrations.hooks`), and the session wrapper
 (:mod:`evidence_ledger.record.integrations.recorded_session`).
 
-Limits: attached agents must run through a recorder (their hooks raise
-:class:`~evidence_ledger.format.errors.UsageError` otherwise); a session write outside a recorded
+The recorder is a guest: the run context (any type) is passed on untouched, and run ids and
+run-state ids are kept by the recorder, not in the context, a ``RunState`` or its JSON (see
+:mod:`evidence_ledger.record.integrations.run_states`). Attaching sets hooks on each agent
+object (the only place the SDK reaches agents run through ``Agent.as_tool``); they compare
+equal to the hooks they wrap and record nothing when the agent runs without a recorder.
+
+Limits: a session write outside a recorded
 run is recorded with ``run_id=""``; a streamed run whose events are not read to the end is recorded
 as ``failed``; a handoff is recorded as its call and an execution whose result is the transfer
 message the SDK persists (also when the SDK runs it in a leg resumed from a ``RunState``); the run
@@ -179,7 +184,6 @@ class Recorder:
         leg's evidence and its ``run_end`` are durable.
 
         Raises:
-            UsageError: if the context is not a mapping, or a RunState carries no run id.
             StorageError: if evidence of the leg could not be appended (the leg is then
                 recorded as ``failed`` where the storage still takes it).
         """
@@ -199,7 +203,6 @@ class Recorder:
         evidence and its ``run_end`` are durable when ``stream_events()`` ends.
 
         Raises:
-            UsageError: as :meth:`run`.
             StorageError: from ``stream_events()``, as :meth:`run`.
         """
         frame = self._start(agent, input, kwargs)
@@ -341,26 +344,27 @@ class Recorder:
         reason: str | None = None,
         always: bool = False,
     ) -> None:
-        """Record an ``approve`` decision for ``item``'s call, then apply it to ``state``.
+        """Record an ``approve`` decision for ``item``'s call, then apply it to ``state``
+        (``state.approve(item, always_approve=always)``).
 
-        ``item`` is an interruption the approver was shown (from ``result.interruptions``
-        or ``state.get_interruptions()``); its arguments are recorded as what was shown.
-        ``always=True`` approves the agent's tool for the rest of the run. Evidence still
-        queued is appended first; the decision is durable before it is applied.
+        ``item`` is what the approver was shown: an interruption (from
+        ``result.interruptions`` or ``state.get_interruptions()``), or any approval item
+        the SDK takes; its arguments are recorded as what was shown. A call the recorder
+        did not see being made (a kind of call it does not record, an item built by hand)
+        is recorded first, from ``item``. ``always=True`` approves the agent's tool for the
+        rest of the run. Evidence still queued is appended first; the decision is durable
+        before it is applied, and recorded only if the SDK takes it. An item without a call
+        id is passed to the SDK and not recorded.
 
         Raises:
-            UsageError: if ``state`` has no pending interruption with ``item``'s call id,
-                or the call was not recorded in this run (or is ambiguous).
+            UsageError: if ``item``'s call id is in several scopes of the run and none is
+                the agent's.
             StorageError: if the decision (or evidence queued before it) could not be
                 appended; the decision is then not applied.
+            Whatever ``RunState.approve`` raises (nothing is recorded then).
         """
-        pending, info, scope = self._pending(state, item)
-
-        def decide(writer: EvidenceWriter) -> None:  # nothing is recorded if the SDK refuses
-            _decision(writer, info, scope, item, "approve", approver, reason, None, always)
-            state.approve(pending, always_approve=always)
-
-        self._decide(state, info, decide)
+        self._decide(state, item, lambda pending: state.approve(pending, always_approve=always),
+                     "approve", approver, reason, None, always)
 
     def reject(
         self,
@@ -380,59 +384,75 @@ class Recorder:
         ``tool_error_formatter`` is not consulted for these rejections).
 
         Raises:
-            UsageError, StorageError: as :meth:`approve`.
+            As :meth:`approve` (``RunState.reject`` for the SDK).
         """
-        pending, info, scope = self._pending(state, item)
         text = DEFAULT_APPROVAL_REJECTION_MESSAGE if message is None else message
-
-        def decide(writer: EvidenceWriter) -> None:
-            _decision(writer, info, scope, item, "reject", approver, reason, text, always)
-            state.reject(pending, always_reject=always, rejection_message=text)
-
-        self._decide(state, info, decide)
+        self._decide(state, item, lambda pending: state.reject(
+            pending, always_reject=always, rejection_message=text,
+        ), "reject", approver, reason, text, always)
 
     def _decide(
-        self, state: RunState[Any, Any], info: StateInfo, decide: Callable[[EvidenceWriter], None]
+        self, state: RunState[Any, Any], item: ToolApprovalItem,
+        apply: Callable[[ToolApprovalItem], None], decision: str, approver: str,
+        reason: str | None, message: str | None, always: bool,
     ) -> None:
-        """Record and apply a decision (``decide``), then record the state's new digest
-        (``decided``, so that its JSON is found when restored), in a group of their own."""
+        """In one group of its own: the call if it was not recorded, the decision, the SDK
+        applying it (nothing is appended if that raises), and the state's new digest
+        (``decided``, so that its JSON is found when restored)."""
+        info = self._adopt(state)
+        pending, waiting = _shown(state, item)
 
         def decided(writer: EvidenceWriter) -> None:
-            decide(writer)
+            if item.call_id is not None:
+                scope = _call_scope(writer, info, pending, waiting)
+                writer.decision(
+                    run_id=info.run_id, call_id=str(item.call_id), decision=decision,
+                    approver=approver, scope=scope, always=always, reason=reason,
+                    message=message, arguments=item.arguments, agent=_agent_name(item) or "",
+                    tool=item.tool_name, run_state=info.state_id,
+                )
+            apply(pending)
             state_entry(state, info, "decided")(writer)
 
         self._journal.commit(decided, join=False)
 
-    def _pending(
-        self, state: RunState[Any, Any], item: ToolApprovalItem
-    ) -> tuple[ToolApprovalItem, StateInfo, Scope]:
-        matches = [i for i in state.get_interruptions() if i.call_id == item.call_id]
-        if not matches:
-            raise UsageError(f"no pending interruption with call_id {item.call_id!r}")
-        agent = _agent_name(item)
-        matches = [i for i in matches if i is item] or [
-            i for i in matches if _agent_name(i) == agent] or matches
-        info = self._adopt(state)
-        run_id, call_id = info.run_id, str(item.call_id)
-        scopes = self._journal.read(lambda writer: writer.call_scopes(run_id, call_id, agent))
-        if len(scopes) != 1:
-            found = "was not recorded" if not scopes else f"is in {len(scopes)} scopes"
-            raise UsageError(f"call {item.call_id!r} of run {run_id} {found}")
-        return matches[0], info, scopes[0]
+
+def _shown(
+    state: RunState[Any, Any], item: ToolApprovalItem
+) -> tuple[ToolApprovalItem, bool]:
+    """The interruption of ``state`` that ``item`` names (``item`` itself, or one with its
+    call id, of its agent if several), else ``item``; and whether it was one."""
+    matches = [i for i in state.get_interruptions() if i.call_id == item.call_id]
+    agent = _agent_name(item)
+    matches = [i for i in matches if i is item] or [
+        i for i in matches if _agent_name(i) == agent] or matches
+    return (matches[0], True) if matches else (item, False)
+
+
+def _call_scope(
+    writer: EvidenceWriter, info: StateInfo, item: ToolApprovalItem, pending: bool
+) -> Scope:
+    """The scope of ``item``'s call in the run; a call not recorded is recorded now, at top
+    level, from ``item`` (``needs_approval`` True if the state was waiting on it, else
+    unknown).
+
+    Raises:
+        UsageError: if the call id is in several scopes and none or several are the
+            agent's.
+    """
+    call_id, agent = str(item.call_id), _agent_name(item)
+    scopes = writer.call_scopes(info.run_id, call_id, agent)
+    if len(scopes) > 1:
+        raise UsageError(f"call {call_id!r} of run {info.run_id} is in {len(scopes)} scopes")
+    if scopes:
+        return scopes[0]
+    writer.call(
+        run_id=info.run_id, call_id=call_id, agent=agent or "", tool=item.tool_name or "",
+        arguments=item.arguments or "", needs_approval=True if pending else None,
+    )
+    return ()
 
 
 def _agent_name(item: ToolApprovalItem) -> str | None:
     """The name of the agent whose tool call ``item`` is."""
     return getattr(getattr(item, "agent", None), "name", None)
-
-
-def _decision(
-    writer: EvidenceWriter, info: StateInfo, scope: Scope, item: ToolApprovalItem,
-    decision: str, approver: str, reason: str | None, message: str | None, always: bool,
-) -> None:
-    writer.decision(
-        run_id=info.run_id, call_id=str(item.call_id), decision=decision, approver=approver,
-        scope=scope, always=always, reason=reason, message=message,
-        arguments=item.arguments, agent=item.agent.name, tool=item.tool_name,
-        run_state=info.state_id,
-    )
