@@ -3,7 +3,7 @@
 
 Builds or reuses the cached sdist and venv of the release (:mod:`tests.compat.venv`), then
 runs the SDK test files listed in ``tests/compat/files.txt`` twice, from the sdist's root,
-with pytest-xdist: once PLAIN (the plugin only keeps the tests offline and writes each
+with pytest-xdist: once PLAIN (reused from the cache when nothing it depends on changed) (the plugin only keeps the tests offline and writes each
 outcome), once with ``--compat-record`` (:mod:`tests.compat.plugin`: every run and decision
 recorded, every test's ledger verified, violations checked against
 ``expected-violations.json``). ``ARGS`` go to both pytest runs (``-- -k approve``).
@@ -22,6 +22,7 @@ INTERNALERROR, a collection error); 2 if a pass did not produce its results.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shutil
@@ -70,6 +71,27 @@ def run_pass(bin_dir: Path, sdist: Path, args: list[str], out: Path) -> dict[str
         raise SystemExit(2)
     result: dict[str, Any] = json.loads(out.read_text("utf-8"))
     result["exit"] = done.returncode
+    return result
+
+
+def plain_pass(bin_dir: Path, sdist: Path, args: list[str], out: Path) -> dict[str, Any]:
+    """The PLAIN pass, reused from the cache when it ran before with the same arguments,
+    test files, plugin and SDK venv (its outcome does not depend on this project's code)."""
+    key = hashlib.sha256(json.dumps([args, str(bin_dir)]).encode())
+    for path in (FILES, HERE / "plugin.py", bin_dir.parent / ".installed"):
+        key.update(path.read_bytes() if path.exists() else b"-")
+    cached = out.parent.parent / f"plain-{key.hexdigest()[:16]}.json"
+    if cached.exists():
+        shutil.copyfile(cached, out)
+        shutil.copyfile(cached.with_suffix(".log"), out.with_suffix(".log"))
+        result: dict[str, Any] = json.loads(cached.read_text("utf-8"))
+        return result
+    result = run_pass(bin_dir, sdist, args, out)
+    if result["exit"] in (0, 1):
+        for old in out.parent.parent.glob("plain-*.*"):
+            old.unlink()
+        cached.write_text(json.dumps(result), "utf-8")
+        shutil.copyfile(out.with_suffix(".log"), cached.with_suffix(".log"))
     return result
 
 
@@ -158,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(results, ignore_errors=True)
     (results / "ledgers").mkdir(parents=True)
     common = ["-n", options.n, *options.pytest_args, *files]
-    plain = run_pass(bin_dir, sdist, common, results / "plain.json")
+    plain = plain_pass(bin_dir, sdist, common, results / "plain.json")
     recorded = run_pass(bin_dir, sdist, [
         "--compat-record", f"--compat-expected={EXPECTED}",
         f"--compat-keep={results / 'ledgers'}", *common,
