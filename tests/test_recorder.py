@@ -19,6 +19,7 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 from agents import (
     Agent,
     AgentHooks,
+    RunHooks,
     Runner,
     RunState,
     SQLiteSession,
@@ -428,32 +429,24 @@ async def test_a_clone_of_an_attached_agent_records_each_call_once(tmp_path: Pat
     assert_verifies(tmp_path)  # before: every call and execution twice, exactly_once
 
 
-async def test_user_hooks_that_wrap_the_recording_hooks_do_not_record_twice(
-    tmp_path: Path,
-) -> None:
-    class Both(AgentHooks[Any]):
-        def __init__(self, *inner: Any) -> None:
-            self.inner = inner
+async def test_agents_keep_their_hooks_and_run_hooks_still_fire(tmp_path: Path) -> None:
+    seen: list[str] = []
 
-        async def on_llm_end(self, *args: Any) -> None:
-            for hooks in self.inner:
-                await hooks.on_llm_end(*args)
+    class Seen(RunHooks[Any]):
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+            seen.append(f"run:{result}")
 
-        async def on_tool_end(self, *args: Any) -> None:
-            for hooks in self.inner:
-                await hooks.on_tool_end(*args)
-
-    agent = Agent(name="echoer", tools=[echo], model=scripted(
-        [function_call("echo", {"text": "a"}, call_id="c-1")], [assistant_message("ok")],
-        [function_call("echo", {"text": "b"}, call_id="c-2")], [assistant_message("ok")]))
+    mine = AgentHooks[Any]()
+    agent = Agent(name="echoer", tools=[echo], hooks=mine, model=scripted(
+        [function_call("echo", {"text": "a"}, call_id="c-1")], [assistant_message("ok")]))
+    plain = Agent(name="bare", model=scripted([assistant_message("ok")]))
     recorder = Recorder(tmp_path)
-    await recorder.run(agent, "first")
-    agent.hooks = Both(agent.hooks, AgentHooks())  # the user's hooks around ours
-    await recorder.run(agent, "second")
+    await recorder.run(agent, "first", hooks=Seen())
+    await recorder.run(plain, "first")
 
-    found = entries(tmp_path)
-    assert [b["call_id"] for b in of_kind(found, "call")] == ["c-1", "c-2"]
-    assert [b["call_id"] for b in of_kind(found, "execution")] == ["c-1", "c-2"]
+    assert agent.hooks is mine and plain.hooks is None  # RunState identifies agents by them
+    assert seen == ["run:a"]
+    assert [b["call_id"] for b in of_kind(entries(tmp_path), "execution")] == ["c-1"]
     assert_verifies(tmp_path)
 
 

@@ -3,10 +3,11 @@
 
 Builds or reuses the cached sdist and venv of the release (:mod:`tests.compat.venv`), then
 runs the SDK test files listed in ``tests/compat/files.txt`` twice, from the sdist's root,
-with pytest-xdist: once PLAIN (reused from the cache when nothing it depends on changed) (the plugin only keeps the tests offline and writes each
-outcome), once with ``--compat-record`` (:mod:`tests.compat.plugin`: every run and decision
-recorded, every test's ledger verified, violations checked against
-``expected-violations.json``). ``ARGS`` go to both pytest runs (``-- -k approve``).
+with pytest-xdist: once PLAIN (the plugin only keeps the tests offline and writes each
+outcome; reused from the cache when nothing it depends on changed), once with
+``--compat-record`` (:mod:`tests.compat.plugin`: every run and decision recorded, every
+test's ledger verified, violations checked against ``expected-violations.json``).
+``ARGS`` go to both pytest runs (``-- -k approve``).
 
 It prints, and writes to ``.cache/compat/<version>/results/report.txt`` (with each pass's
 JSON and log, and the ledgers with violations, beside it): the files and tests run, the wall

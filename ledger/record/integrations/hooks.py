@@ -1,10 +1,14 @@
-"""Attaching recording to agents: agent hooks that record calls and executions (of
-function tools, and of handoffs); function-tool wrappers that record callable approval
-policies and set the scope of nested (agent-as-tool) calls; and tool guardrails, wrapped
-in place, that record their blocks.
+"""Recording what agents do: run hooks that record calls and executions (of function tools,
+and of handoffs); function-tool wrappers that record callable approval policies and set
+the scope of nested (agent-as-tool) calls; and tool and agent output guardrails, wrapped in
+place, that record their blocks.
 
-Agent hooks the user set are kept and still called (after recording). Hooks given to
-``Runner.run`` do not reach agents run through ``Agent.as_tool``, hence agent hooks.
+Nothing is set on an agent: the SDK's ``RunState`` identifies agents by, among others, the
+type of their hooks, so agent hooks of ours would change it. The recorder gives its
+:class:`RecordingRunHooks` to each recorded run (wrapping the run hooks the app gave), and
+:mod:`~evidence_ledger.record.integrations.nested_runs` gives them to the runs of agents
+used through ``Agent.as_tool``. The tool and guardrail wrappers keep the wrapped function's
+name (``functools.wraps``) and pass every call through unchanged when no recorded leg runs.
 
 Scope: a call's identity is ``(run_id, scope, call_id)``. ``scope`` is empty at the top
 agent; inside an agent run through ``Agent.as_tool`` it gains the edge
@@ -18,19 +22,18 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Mapping
-from contextvars import ContextVar
 from dataclasses import replace
 from operator import methodcaller
 from typing import Any
 
 from agents import (
     Agent,
-    AgentHooks,
     FunctionTool,
     Handoff,
     ItemHelpers,
     ModelResponse,
     OutputGuardrail,
+    RunHooks,
     ToolInputGuardrail,
     ToolOutputGuardrail,
     handoff,
@@ -47,7 +50,8 @@ from evidence_ledger.record.integrations.legs import CURRENT_LEG, current_leg, e
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 
 __all__ = [
-    "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "attach", "pending_handoffs", "persisted_output",
+    "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "RecordingRunHooks", "attach",
+    "pending_handoffs", "persisted_output",
 ]
 
 _MARK = "_evidence_ledger_attached"
@@ -90,16 +94,16 @@ def persisted_output(
 
 
 def attach(agent: Agent[Any]) -> Agent[Any]:
-    """Attach recording to ``agent`` and the agents reachable from it, in place.
+    """Attach recording to the tools and guardrails of ``agent`` and of the agents
+    reachable from it, in place (the agents themselves are left as they are).
 
     Reachable: agents run through ``Agent.as_tool``, and the agents ``handoffs`` lead to
     (listed bare, or as ``handoff(agent)`` objects).
-    Sets a chaining agent hook on each agent (one an ``Agent.clone()`` carries over is
-    kept) and wraps its function tools (agent-as-tool scope, callable ``needs_approval``)
-    and their tool input and output guardrails (also ones added since the last call).
-    Idempotent; the hooks and wrappers record through whichever :class:`Recorder` runs
-    the agent (a tool object shared by several agents names the first one in its
-    ``tool_policy`` entries).
+    Wraps each agent's function tools (agent-as-tool scope, callable ``needs_approval``),
+    their tool input and output guardrails and the agent's output guardrails (also ones
+    added since the last call). Idempotent; the wrappers record through whichever
+    :class:`Recorder` runs the agent (a tool object shared by several agents names the
+    first one in its ``tool_policy`` entries), and nothing outside a recorded leg.
     Returns ``agent``.
     """
     todo, seen = [agent], set()
@@ -108,8 +112,6 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if not isinstance(current.hooks, _RecordingHooks):  # a clone() carries ours along
-            current.hooks = _RecordingHooks(current.hooks)
         for guardrail in current.output_guardrails or ():  # also ones added later
             _wrap_output_guardrail(guardrail)
         for tool in current.tools:
@@ -137,11 +139,6 @@ def _handoff_target(item: Any) -> Any:
     return item
 
 
-def _records(agent: Agent[Any]) -> bool:
-    """True when ``agent`` records (its hooks are ours)."""
-    return isinstance(agent.hooks, _RecordingHooks)
-
-
 def _claim(obj: object) -> bool:
     """Mark ``obj`` (a tool, a guardrail or one of our wrappers) as attached;
     False if it already was."""
@@ -167,7 +164,7 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             if outer is None:  # the tool also serves an agent run without the recorder
                 return await invoke(context, arguments)
             edge = f"{context.tool_name}:{context.tool_call_id}"
-            with entered(replace(outer, scope=(*outer.scope, edge))):
+            with entered(replace(outer, scope=(*outer.scope, edge)), agent_tool=True):
                 return await invoke(context, arguments)
 
         tool.on_invoke_tool = _wrapper(invoke_in_scope)
@@ -223,7 +220,7 @@ def _wrap_guardrail(
     @functools.wraps(check)
     async def recorded(data: Any) -> ToolGuardrailFunctionOutput:
         # else it serves an agent run without the recorder (maybe inside a recorded leg)
-        recording = CURRENT_LEG.get() is not None and _records(data.agent)
+        recording = CURRENT_LEG.get() is not None
         try:
             verdict = check(data)
             if inspect.isawaitable(verdict):
@@ -260,7 +257,7 @@ def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
         if inspect.isawaitable(verdict):
             verdict = await verdict
         frame = CURRENT_LEG.get()
-        if frame is not None and _records(agent) and verdict.tripwire_triggered:
+        if frame is not None and verdict.tripwire_triggered:
             last = frame.last_results.get((frame.scope, agent.name))
             if last is not None and _same(last[2], agent_output):
                 _record_block(last[0], agent.name, last[1], name)
@@ -389,47 +386,31 @@ def pending_handoffs(state: Any) -> dict[tuple[Scope, str], list[tuple[str, str,
     ]}
 
 
-_RECORDING: ContextVar[bool] = ContextVar("evidence_ledger_recording", default=False)
-"""Set while a :class:`_RecordingHooks` passes an event on to the hooks it wraps: hooks
-of ours reached again through the user's own (which may wrap ours) record nothing."""
-
-
-class _RecordingHooks(AgentHooks[Any]):
-    """Agent hooks that record (in a recorded leg; elsewhere they record nothing), then
-    call the hooks the user had set (``inner``). They compare equal to ``inner`` (and to
-    recording hooks that wrap equal hooks), so an agent compares as it did before."""
+class RecordingRunHooks(RunHooks[Any]):
+    """Run hooks that record what a recorded leg's agents do, then call the run hooks the
+    app gave (``inner``; None: none). The SDK calls them for every agent of the run they
+    are given to (handoffs included); :mod:`~evidence_ledger.record.integrations.nested_runs`
+    gives them to the runs of agents used through ``Agent.as_tool`` as well. Outside a
+    recorded leg they only pass events on."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, _RecordingHooks):
-            other = other.inner
-        return bool(self.inner == other)
-
-    def __hash__(self) -> int:
-        return hash(self.inner)
-
     async def _forward(self, name: str, *args: Any, record: Any = None) -> None:
-        if record is not None and not _RECORDING.get() and CURRENT_LEG.get() is not None:
+        if record is not None and CURRENT_LEG.get() is not None:
             record()
         if self.inner is not None:
-            token = _RECORDING.set(True)
-            try:
-                await getattr(self.inner, name)(*args)
-            finally:
-                _RECORDING.reset(token)
+            await getattr(self.inner, name)(*args)
 
-    async def on_start(self, context: Any, agent: Any) -> None:
-        await self._forward("on_start", context, agent)
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        await self._forward("on_agent_start", context, agent)
 
-    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
-        await self._forward("on_end", context, agent, output)
+    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
+        await self._forward("on_agent_end", context, agent, output)
 
-    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
-        # the SDK calls the hooks of the agent handing off (``source``), naming the target
-        await self._forward("on_handoff", context, agent, source,
-                            record=lambda: _record_handoff(source, agent))
+    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
+        await self._forward("on_handoff", context, from_agent, to_agent,
+                            record=lambda: _record_handoff(from_agent, to_agent))
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
         await self._forward("on_tool_start", context, agent, tool)

@@ -12,16 +12,19 @@ Usage::
 
 :meth:`Recorder.run` and :meth:`Recorder.run_streamed` take the arguments of
 ``Runner.run`` / ``Runner.run_streamed``. Before each run they :func:`attach` recording
-to the starting agent and to every agent reachable from it through ``Agent.as_tool`` or
-an ``Agent`` listed in ``handoffs`` (call :func:`attach` on the target of a ``Handoff``
-object yourself), and wrap the ``session`` argument with :func:`recorded_session`.
+to the tools and guardrails of the starting agent (of the state's current agent too, on a
+resume) and of every agent reachable from it through ``Agent.as_tool`` or ``handoffs``,
+give the run :class:`~evidence_ledger.record.integrations.hooks.RecordingRunHooks`
+(wrapping the ``hooks`` argument), make sure agent-tool runs get them too
+(:mod:`evidence_ledger.record.integrations.nested_runs`), and wrap the ``session`` argument
+with :func:`recorded_session`.
 What is recorded, and from where:
 
-- ``call``: each ``function_call`` in a model response (``on_llm_end`` agent hook);
+- ``call``: each ``function_call`` in a model response (``on_llm_end`` run hook);
 - ``tool_policy``: each per-call result of a callable ``needs_approval`` (wrapped);
 - ``decision``: :meth:`Recorder.approve` / :meth:`Recorder.reject`, which then apply it
   (``RunState.approve`` / ``reject`` call no callback);
-- ``execution``: each finished function tool (``on_tool_end`` agent hook), its result
+- ``execution``: each finished function tool (``on_tool_end`` run hook), its result
   converted the way the SDK converts it for the ``function_call_output`` item;
 - ``guardrail``: a tool input guardrail that did not allow a call, a tool output
   guardrail that did not allow a tool's result (wrapped: the SDK fires no hook for
@@ -70,15 +73,16 @@ returns (one sync per entry on the agent's path). Use the recorder, not
 The rest lives in modules of its own: the evidence queue and its flusher
 (:mod:`evidence_ledger.record.integrations.group_commit`), the leg being recorded
 (:mod:`evidence_ledger.record.integrations.legs`), run ids and run-state lineage
-(:mod:`evidence_ledger.record.integrations.run_states`), the agent hooks and tool wrappers, with the
+(:mod:`evidence_ledger.record.integrations.run_states`), the run hooks and tool wrappers, with the
 scope of nested calls (:mod:`evidence_ledger.record.integrations.hooks`), and the session wrapper
-(:mod:`evidence_ledger.record.integrations.recorded_session`).
+(:mod:`evidence_ledger.record.integrations.recorded_session`), and the runs agent tools start
+(:mod:`evidence_ledger.record.integrations.nested_runs`).
 
 The recorder is a guest: the run context (any type) is passed on untouched, and run ids and
 run-state ids are kept by the recorder, not in the context, a ``RunState`` or its JSON (see
-:mod:`evidence_ledger.record.integrations.run_states`). Attaching sets hooks on each agent
-object (the only place the SDK reaches agents run through ``Agent.as_tool``); they compare
-equal to the hooks they wrap and record nothing when the agent runs without a recorder.
+:mod:`evidence_ledger.record.integrations.run_states`). Agents are left as they are (their
+hooks are part of how a ``RunState`` identifies them); the tool and guardrail wrappers keep
+the wrapped functions' names and record nothing outside a recorded leg.
 
 Limits: a session write outside a recorded
 run is recorded with ``run_id=""``; a streamed run whose events are not read to the end is recorded
@@ -109,8 +113,13 @@ from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
 
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.group_commit import Journal
-from evidence_ledger.record.integrations.hooks import attach, pending_handoffs
+from evidence_ledger.record.integrations.hooks import (
+    RecordingRunHooks,
+    attach,
+    pending_handoffs,
+)
 from evidence_ledger.record.integrations.legs import Leg, entered
+from evidence_ledger.record.integrations.nested_runs import install_runner
 from evidence_ledger.record.integrations.recorded_session import is_recorded, recorded_session
 from evidence_ledger.record.integrations.run_states import (
     StateInfo,
@@ -260,6 +269,8 @@ class Recorder:
 
     def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> Leg:
         attach(agent)
+        install_runner()
+        kwargs["hooks"] = RecordingRunHooks(kwargs.get("hooks"))
         since = self._journal.failures if self._group else None
         session = kwargs.get("session")
         if session is not None and not is_recorded(session):
