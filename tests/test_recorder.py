@@ -101,7 +101,11 @@ async def test_approval_flow_records_every_step(tmp_path: Path, streamed: bool) 
     assert decisions["c-credit"]["scope"] == ["ask_billing:c-billing"]
     for call_id, decision in decisions.items():
         assert decision["args_digest"] == calls[call_id]["args_digest"]
-    assert decisions["c-email"]["message_digest"] == hashlib.sha256(DEFAULT_REJECTION).digest()
+    # no message given: the SDK picks it (its default here), the decision records none
+    assert decisions["c-email"]["message_digest"] is None
+    [email_output] = [b for b in of_kind(found, "session_item")
+                      if b["call_id"] == "c-email" and b["item_type"] == "function_call_output"]
+    assert email_output["output_digest"] == hashlib.sha256(DEFAULT_REJECTION).digest()
 
     executions = {b["call_id"]: b for b in of_kind(found, "execution")}
     assert set(executions) == {"c-lookup", "c-refund-1", "c-billing", "c-credit", "c-refund-2"}
@@ -119,7 +123,7 @@ async def test_approval_flow_records_every_step(tmp_path: Path, streamed: bool) 
     outputs = {b["call_id"]: b for b in session if b["item_type"] == "function_call_output"}
     assert set(outputs) == {"c-lookup", "c-refund-1", "c-email", "c-billing", "c-refund-2"}
     for call_id, output in outputs.items():
-        source = decisions[call_id]["message_digest"] if call_id == "c-email" else (
+        source = hashlib.sha256(DEFAULT_REJECTION).digest() if call_id == "c-email" else (
             executions[call_id]["result_digest"])
         assert output["output_digest"] == source, call_id
     persisted_calls = [b["call_id"] for b in session if b["item_type"] == "function_call"]

@@ -109,7 +109,6 @@ from typing import Any
 from agents import Agent, Runner, RunResult, RunResultStreaming, RunState
 from agents.items import ToolApprovalItem
 from agents.stream_events import StreamEvent
-from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
 
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.group_commit import Journal
@@ -374,7 +373,7 @@ class Recorder:
                 appended; the decision is then not applied.
             Whatever ``RunState.approve`` raises (nothing is recorded then).
         """
-        self._decide(state, item, lambda pending: state.approve(pending, always_approve=always),
+        self._decide(state, item, lambda shown: state.approve(shown, always_approve=always),
                      "approve", approver, reason, None, always)
 
     def reject(
@@ -389,55 +388,50 @@ class Recorder:
     ) -> None:
         """Record a ``reject`` decision for ``item``'s call, then apply it to ``state``.
 
-        ``message`` is the text the SDK persists as the call's output; ``None`` means the
-        SDK's default (``"Tool execution was not approved."``), which is then passed to
-        the SDK explicitly so that the recorded and persisted texts agree (a run-level
-        ``tool_error_formatter`` is not consulted for these rejections).
+        ``message`` is the text the SDK persists as the call's output; ``None`` leaves it
+        to the SDK (a run-level ``tool_error_formatter``, else its default, ``"Tool
+        execution was not approved."``), and the decision records no message (the verifier
+        then takes any output as the rejection's).
 
         Raises:
             As :meth:`approve` (``RunState.reject`` for the SDK).
         """
-        text = DEFAULT_APPROVAL_REJECTION_MESSAGE if message is None else message
-        self._decide(state, item, lambda pending: state.reject(
-            pending, always_reject=always, rejection_message=text,
-        ), "reject", approver, reason, text, always)
+        self._decide(state, item, lambda shown: state.reject(
+            shown, always_reject=always, rejection_message=message,
+        ), "reject", approver, reason, message, always)
 
     def _decide(
         self, state: RunState[Any, Any], item: ToolApprovalItem,
-        apply: Callable[[ToolApprovalItem], None], decision: str, approver: str,
+        apply: Callable[[ToolApprovalItem], object], decision: str, approver: str,
         reason: str | None, message: str | None, always: bool,
     ) -> None:
         """In one group of its own: the call if it was not recorded, the decision, the SDK
         applying it (nothing is appended if that raises), and the state's new digest
         (``decided``, so that its JSON is found when restored)."""
-        info = self._adopt(state)
-        pending, waiting = _shown(state, item)
+        info, waiting = self._adopt(state), _waiting(state, item)
 
         def decided(writer: EvidenceWriter) -> None:
             if item.call_id is not None:
-                scope = _call_scope(writer, info, pending, waiting)
+                scope = _call_scope(writer, info, item, waiting)
                 writer.decision(
                     run_id=info.run_id, call_id=str(item.call_id), decision=decision,
                     approver=approver, scope=scope, always=always, reason=reason,
                     message=message, arguments=item.arguments, agent=_agent_name(item) or "",
                     tool=item.tool_name, run_state=info.state_id,
                 )
-            apply(pending)
+            apply(item)  # the very item the app gave
             state_entry(state, info, "decided")(writer)
 
         self._journal.commit(decided, join=False)
 
 
-def _shown(
-    state: RunState[Any, Any], item: ToolApprovalItem
-) -> tuple[ToolApprovalItem, bool]:
-    """The interruption of ``state`` that ``item`` names (``item`` itself, or one with its
-    call id, of its agent if several), else ``item``; and whether it was one."""
-    matches = [i for i in state.get_interruptions() if i.call_id == item.call_id]
-    agent = _agent_name(item)
-    matches = [i for i in matches if i is item] or [
-        i for i in matches if _agent_name(i) == agent] or matches
-    return (matches[0], True) if matches else (item, False)
+def _waiting(state: RunState[Any, Any], item: ToolApprovalItem) -> bool:
+    """True when ``state`` waits on a call with ``item``'s call id (never raises: the SDK
+    has the say on what it takes)."""
+    try:
+        return any(i.call_id == item.call_id for i in state.get_interruptions())
+    except Exception:
+        return False
 
 
 def _call_scope(

@@ -107,9 +107,14 @@ def state_digest(state: RunState[Any, Any]) -> bytes | None:
 
 
 def pending_approvals(state: RunState[Any, Any]) -> list[Interruption]:
-    """The interruptions ``state`` waits on (scope not yet known)."""
+    """The interruptions ``state`` waits on (scope not yet known; none if the SDK cannot
+    say)."""
+    try:
+        items = state.get_interruptions()
+    except Exception:
+        return []
     pending = []
-    for item in state.get_interruptions():
+    for item in items:
         arguments = getattr(item, "arguments", None)
         agent = getattr(item, "agent", None)
         pending.append(Interruption(
