@@ -21,10 +21,10 @@ With ``--compat-record``, in each test (from its setup to its teardown):
 - ``Runner.run`` / ``Runner.run_streamed`` go through ``Recorder.run`` / ``run_streamed`` of
   a recorder writing to a fresh temporary ledger, made on first use; ``Runner.run_sync``
   goes through ``AgentRunner.run_sync`` (which owns the event loop handling) of a runner
-  whose ``run`` is the routed ``Runner.run``. A call made inside a recorded leg (the
-  recorder's own call of ``Runner.run``, ``Agent.as_tool`` running its agent) goes to the SDK
-  unchanged: the recorder records nested agents itself. So does ``run_sync`` when a test
-  installed a default runner of its own type;
+  whose ``run`` is the routed ``Runner.run``. A call made inside a recorded leg
+  (``Agent.as_tool`` running its agent) goes to the SDK unchanged: the recorder records
+  nested agents itself. So does every call while a test has a default runner of its own
+  installed;
 - ``RunState.approve`` / ``RunState.reject`` go through ``recorder.approve`` /
   ``recorder.reject`` (approver ``"compat-suite"``; ``always_approve`` / ``always_reject``
   as ``always``, ``rejection_message`` as ``message``), so a decision a test makes on a
@@ -145,13 +145,15 @@ def _route() -> None:
 
     from evidence_ledger import LedgerError
     from evidence_ledger.record.integrations.legs import CURRENT_LEG
+    from evidence_ledger.record.integrations.nested_runs import RecordingRunner
 
     run, run_streamed, run_sync = Runner.run, Runner.run_streamed, Runner.run_sync
     approve, reject = RunState.approve, RunState.reject
 
     def recording(signature: inspect.Signature, args: Any, kwargs: Any) -> Any:
-        """``(test, agent, input, options)`` to record this call with; None: leave it be."""
-        if _current is None or CURRENT_LEG.get() is not None:
+        """``(test, agent, input, options)`` to record this call with; None: leave it be
+        (no test, inside a recorded leg, or a default runner the test installed)."""
+        if _current is None or CURRENT_LEG.get() is not None or own_runner():
             return None
         try:
             options = dict(signature.bind(*args, **kwargs).arguments)
@@ -193,9 +195,11 @@ def _route() -> None:
         async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
             return await Runner.run(starting_agent, input, **kwargs)
 
+    def own_runner() -> bool:
+        return type(get_default_agent_runner()) not in (AgentRunner, RecordingRunner)
+
     def routed_run_sync(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        if (_current is None or CURRENT_LEG.get() is not None
-                or type(get_default_agent_runner()) is not AgentRunner):
+        if _current is None or CURRENT_LEG.get() is not None or own_runner():
             return run_sync(*args, **kwargs)
         return RoutedRunner().run_sync(*args, **kwargs)
 

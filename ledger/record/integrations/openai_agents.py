@@ -102,12 +102,13 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import replace
 from operator import methodcaller
 from typing import Any
 
-from agents import Agent, Runner, RunResult, RunResultStreaming, RunState
+from agents import Agent, RunResult, RunResultStreaming, RunState
 from agents.items import ToolApprovalItem
+from agents.lifecycle import RunHooksBase
+from agents.run import get_default_agent_runner
 from agents.stream_events import StreamEvent
 
 from evidence_ledger.format.errors import UsageError
@@ -122,12 +123,10 @@ from evidence_ledger.record.integrations.nested_runs import install_runner
 from evidence_ledger.record.integrations.recorded_session import is_recorded, recorded_session
 from evidence_ledger.record.integrations.run_states import (
     StateInfo,
-    match_state,
-    pending_approvals,
+    meet_state,
     record_state,
     register_state,
     state_entry,
-    state_info,
 )
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -197,7 +196,7 @@ class Recorder:
         """
         frame = self._start(agent, input, kwargs)
         with self._leg(frame):
-            result = await Runner.run(agent, input, **kwargs)
+            result = await get_default_agent_runner().run(agent, input, **kwargs)
         self._finish(frame, _status(result))
         self._derive_states(result, frame)
         return result
@@ -215,7 +214,7 @@ class Recorder:
         """
         frame = self._start(agent, input, kwargs)
         with self._leg(frame):  # the SDK's run task copies the context variable
-            result = Runner.run_streamed(agent, input, **kwargs)
+            result = get_default_agent_runner().run_streamed(agent, input, **kwargs)
         self._derive_states(result, frame)
         events = result.stream_events
 
@@ -269,7 +268,9 @@ class Recorder:
     def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> Leg:
         attach(agent)
         install_runner()
-        kwargs["hooks"] = RecordingRunHooks(kwargs.get("hooks"))
+        hooks = kwargs.get("hooks")
+        if hooks is None or isinstance(hooks, RunHooksBase):  # else the SDK refuses them
+            kwargs["hooks"] = RecordingRunHooks(hooks)
         since = self._journal.failures if self._group else None
         session = kwargs.get("session")
         if session is not None and not is_recorded(session):
@@ -278,7 +279,7 @@ class Recorder:
             current = getattr(input, "_current_agent", None)
             if isinstance(current, Agent):  # the SDK resumes with the state's agent
                 attach(current)
-            info = self._adopt(input, since=since, resume=True)
+            info = self._adopt(input, since)
             return Leg(self._journal, since, info.run_id, run_state=info.state_id,
                        handoff_calls=pending_handoffs(input))
         return Leg(self._journal, since, uuid.uuid4().hex)
@@ -300,48 +301,15 @@ class Recorder:
 
         result.to_state = to_state  # type: ignore[method-assign]
 
-    def _adopt(
-        self, state: RunState[Any, Any], since: int | None = None, resume: bool = False
-    ) -> StateInfo:
-        """The id and run of ``state``. A state object not met before gets a new id: its
-        parent and run are those of the recorded state it matches (a ``loaded`` entry),
-        else it starts a new run (an ``adopted`` entry, after a ``call`` for each approval
-        it waits on); see :mod:`~evidence_ledger.record.integrations.run_states`.
-        ``resume``: then a ``resume`` entry. Entries are recorded as
-        :meth:`Journal.record` says for ``since``."""
-        info = state_info(state)
-        if info is not None and info.journal is not self._journal:  # now recorded here
-            info = replace(info, journal=self._journal)
-            register_state(state, info)
-        if info is None:
-            info = match_state(self._journal, state)
-            register_state(state, info)
-            if info.parent is None:
-                self._record_pending_calls(state, info, since)
-            record_state(state, info, "loaded" if info.parent is not None else "adopted",
-                         since=since)
-        if resume:
-            record_state(state, info, "resume", since=since)
+    def _adopt(self, state: RunState[Any, Any], since: int | None) -> StateInfo:
+        """The id and run of ``state``, a leg resumes from: a state object not met before
+        is matched or adopted (:func:`meet_state`), then a ``resume`` entry; entries are
+        recorded as :meth:`Journal.record` says for ``since``."""
+        info, first = meet_state(self._journal, state)
+        if first is not None:
+            self._journal.record(first, since)
+        record_state(state, info, "resume", since=since)
         return info
-
-    def _record_pending_calls(
-        self, state: RunState[Any, Any], info: StateInfo, since: int | None
-    ) -> None:
-        """Record, at top-level scope, the call of each approval an adopted ``state`` waits
-        on (its model response was never seen; the SDK paused it, so it needs approval)."""
-        clock = self.writer.clock
-        calls = [methodcaller(
-            "call", run_id=info.run_id, call_id=item.call_id, agent=item.agent or "",
-            tool=item.tool or "", arguments=item.arguments or "", needs_approval=True,
-            time_ns=clock(),
-        ) for item in pending_approvals(state)]
-
-        def write(writer: EvidenceWriter) -> None:
-            for call in calls:
-                call(writer)
-
-        if calls:
-            self._journal.record(write, since)
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -405,21 +373,24 @@ class Recorder:
         apply: Callable[[ToolApprovalItem], object], decision: str, approver: str,
         reason: str | None, message: str | None, always: bool,
     ) -> None:
-        """In one group of its own: the call if it was not recorded, the decision, the SDK
-        applying it (nothing is appended if that raises), and the state's new digest
-        (``decided``, so that its JSON is found when restored)."""
-        info, waiting = self._adopt(state), _waiting(state, item)
-
+        """In one group of its own: the SDK applying the decision (nothing is appended if
+        that raises), then the state's first meeting if it is new (matched after the
+        decision: by its pending approvals), the call if it was not recorded, the decision,
+        and the state's new digest (``decided``, so that its JSON is found when
+        restored). The group is durable before this returns."""
         def decided(writer: EvidenceWriter) -> None:
+            apply(item)  # first: the SDK judges the very item the app gave, read by us after
+            info, first = meet_state(self._journal, state, writer.find_state)
+            if first is not None:
+                first(writer)
             if item.call_id is not None:
-                scope = _call_scope(writer, info, item, waiting)
+                scope = _call_scope(writer, info, item, _waiting(state, item))
                 writer.decision(
                     run_id=info.run_id, call_id=str(item.call_id), decision=decision,
                     approver=approver, scope=scope, always=always, reason=reason,
                     message=message, arguments=item.arguments, agent=_agent_name(item) or "",
                     tool=item.tool_name, run_state=info.state_id,
                 )
-            apply(item)  # the very item the app gave
             state_entry(state, info, "decided")(writer)
 
         self._journal.commit(decided, join=False)

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agents import RunState
@@ -124,16 +125,49 @@ def pending_approvals(state: RunState[Any, Any]) -> list[Interruption]:
     return pending
 
 
-def match_state(journal: Journal, state: RunState[Any, Any]) -> StateInfo:
-    """A new :class:`StateInfo` for ``state``, an object no recorder registered: parent and
-    run from the recorded state it matches (:meth:`EvidenceWriter.find_state`, after what
-    is queued is appended), else a new run with no parent (to be recorded as
-    ``adopted``)."""
+Find = Callable[[bytes | None, list[Interruption]], "tuple[str, str] | None"]
+""":meth:`EvidenceWriter.find_state` of a writer that holds every entry recorded so far."""
+
+
+def meet_state(
+    journal: Journal, state: RunState[Any, Any], find: Find | None = None
+) -> tuple[StateInfo, Write | None]:
+    """The :class:`StateInfo` of ``state`` (registered now if no recorder met this object
+    before; the current ``journal`` becomes its journal), and what records its first meeting
+    (None if it was met before): for a state found in the ledger (``find``; None: the
+    journal's writer, once what is queued is appended) a ``loaded`` entry
+    with its parent and run, else a ``call`` at top-level scope for each approval it waits on
+    (the SDK paused on them: they need approval) and an ``adopted`` entry starting a new
+    run."""
+    info = state_info(state)
+    if info is not None:
+        if info.journal is not journal:
+            info = replace(info, journal=journal)
+            register_state(state, info)
+        return info, None
     digest, pending = state_digest(state), pending_approvals(state)
-    found = journal.read(lambda writer: writer.find_state(digest, pending))
-    if found is None:
-        return StateInfo(journal, uuid.uuid4().hex, None, uuid.uuid4().hex)
-    return StateInfo(journal, uuid.uuid4().hex, found[1], found[0])
+    if find is None:
+        found = journal.read(lambda writer: writer.find_state(digest, pending))
+    else:
+        found = find(digest, pending)
+    if found is not None:
+        info = StateInfo(journal, uuid.uuid4().hex, found[1], found[0])
+        register_state(state, info)
+        return info, state_entry(state, info, "loaded")
+    info = StateInfo(journal, uuid.uuid4().hex, None, uuid.uuid4().hex)
+    register_state(state, info)
+    adopted, time_ns = state_entry(state, info, "adopted"), journal.writer.clock()
+
+    def write(writer: EvidenceWriter) -> None:
+        for item in pending:
+            writer.call(
+                run_id=info.run_id, call_id=item.call_id, agent=item.agent or "",
+                tool=item.tool or "", arguments=item.arguments or "", needs_approval=True,
+                time_ns=time_ns,
+            )
+        adopted(writer)
+
+    return info, write
 
 
 def state_entry(state: Any, info: StateInfo, event: str) -> Write:
