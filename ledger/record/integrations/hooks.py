@@ -157,7 +157,18 @@ def _wrapper(function: Any) -> Any:
 
 def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
     invoke = tool.on_invoke_tool
-    if getattr(tool, "_agent_instance", None) is not None and not getattr(invoke, _MARK, False):
+    if getattr(tool, "_agent_instance", None) is None and not getattr(invoke, _MARK, False):
+
+        @functools.wraps(invoke)
+        async def invoke_recorded(context: ToolContext[Any], arguments: str) -> Any:
+            result = await invoke(context, arguments)
+            # a tool with output guardrails: they record it (its block comes right after)
+            if CURRENT_LEG.get() is not None and not tool.tool_output_guardrails:
+                _record_ran(context, _agent_of(context, agent), result, tool)
+            return result
+
+        tool.on_invoke_tool = _wrapper(invoke_recorded)
+    elif getattr(tool, "_agent_instance", None) is not None and not getattr(invoke, _MARK, False):
 
         async def invoke_in_scope(context: ToolContext[Any], arguments: str) -> Any:
             outer = CURRENT_LEG.get()
@@ -167,7 +178,7 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             with entered(replace(outer, scope=(*outer.scope, edge)), agent_tool=True):
                 return await invoke(context, arguments)
 
-        tool.on_invoke_tool = _wrapper(invoke_in_scope)
+        tool.on_invoke_tool = _wrapper(functools.wraps(invoke)(invoke_in_scope))
     policy = tool.needs_approval
     if callable(policy) and not getattr(policy, _MARK, False):
 
@@ -209,17 +220,18 @@ def _wrap_guardrail(
 ) -> None:
     """Make ``guardrail`` (in place, once: the object stays the user's, and may serve
     several tools, of recorded agents or not) record a block when it does not allow a call
-    in a recorded leg. An output guardrail (``after_run``) runs after the tool: it first
-    records the execution with what the tool returned (the SDK then persists the
-    guardrail's message, or raises, and ``on_tool_end`` would only see the message), also
-    when the guardrail itself fails."""
+    in a recorded leg. An output guardrail (``after_run``) runs after the tool: it records
+    the tool's execution with what the tool returned (once: the tool's wrapper leaves a
+    tool with output guardrails to them), whatever its verdict and also when it fails;
+    a block comes right after, with the execution's time (the SDK then persists the
+    guardrail's message, or raises)."""
     if not _claim(guardrail):
         return
     name, check = guardrail.get_name(), guardrail.guardrail_function
 
     @functools.wraps(check)
     async def recorded(data: Any) -> ToolGuardrailFunctionOutput:
-        # else it serves an agent run without the recorder (maybe inside a recorded leg)
+        # else it serves an agent run without the recorder
         recording = CURRENT_LEG.get() is not None
         try:
             verdict = check(data)
@@ -229,14 +241,14 @@ def _wrap_guardrail(
             if after_run and recording:
                 _record_ran(data.context, data.agent, data.output)
             raise
-        if recording and verdict.behavior["type"] != "allow":
-            frame = current_leg()
-            now = frame.journal.writer.clock()  # the rules tell an output guardrail's block
-            if after_run:  # from another's by this: it has its execution's time
-                _record_ran(data.context, data.agent, data.output, time_ns=now)
-                frame.blocked_outputs.add((frame.scope, data.context.tool_call_id))
+        if not recording:
+            return verdict
+        blocked = verdict.behavior["type"] != "allow"
+        if after_run:  # the execution first, then its block at its time: the rules
+            ran = _record_ran(data.context, data.agent, data.output)  # tell them by it
+        if blocked:
             _record_block(data.context.tool_call_id, data.agent.name, data.context.tool_name,
-                          name, verdict.behavior.get("message"), now)
+                          name, verdict.behavior.get("message"), ran if after_run else None)
         return verdict
 
     guardrail.guardrail_function = recorded
@@ -313,38 +325,45 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
     frame.record(write)
 
 
+def _agent_of(context: Any, default: Agent[Any]) -> Agent[Any]:
+    """The agent a tool context names (SDK 0.24 sets it), else ``default``."""
+    agent = getattr(context, "agent", None)
+    return agent if isinstance(agent, Agent) else default
+
+
 def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
-    """``on_tool_end``: record the execution of a function tool (unless its output
-    guardrail already did)."""
+    """``on_tool_end``: record the execution of a function tool, unless its wrapper or an
+    output guardrail already did (agent tools: here only, so that an agent tool whose agent
+    paused, which ends no tool, is still running)."""
     if not (isinstance(context, ToolContext) and isinstance(tool, FunctionTool)):
         return  # hosted, shell and computer tools carry no call id here
-    frame = current_leg()
-    if (frame.scope, context.tool_call_id) in frame.blocked_outputs:  # see _wrap_guardrail
-        frame.blocked_outputs.discard((frame.scope, context.tool_call_id))
-        return
     _record_ran(context, agent, result, tool)
 
 
 def _record_ran(
     context: ToolContext[Any], agent: Agent[Any], result: Any, tool: FunctionTool | None = None,
-    time_ns: int | None = None,
-) -> None:
-    """Record the execution of the function tool ``context`` names, which returned
-    ``result`` (``tool``: its object, else looked up on ``agent`` by name, for the output
-    schema), at ``time_ns`` (ns since the epoch; None: now)."""
+) -> int:
+    """Record, once per leg, the execution of the function tool ``context`` names, which
+    returned ``result`` (``tool``: its object, else looked up on ``agent`` by name, for the
+    output schema), now. Returns its time (ns since the epoch; the first one's, if it was
+    recorded before)."""
+    frame = current_leg()
+    key = (frame.scope, context.tool_call_id)
+    if key in frame.executed:
+        return frame.executed[key]
     if tool is None:
         tool = next((t for t in agent.tools
                      if isinstance(t, FunctionTool) and t.name == context.tool_name), None)
-    frame = current_leg()
+    now = frame.executed[key] = frame.journal.writer.clock()
     frame.last_results[frame.scope, agent.name] = (context.tool_call_id, context.tool_name,
                                                    result)
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=context.tool_call_id,
         arguments=context.tool_arguments, scope=frame.scope, agent=agent.name,
         tool=context.tool_name, result=persisted_output(context, tool, result),
-        run_state=frame.run_state,
-        time_ns=frame.journal.writer.clock() if time_ns is None else time_ns,
+        run_state=frame.run_state, time_ns=now,
     ))
+    return now
 
 
 def _record_handoff(source: Agent[Any], target: Agent[Any]) -> None:

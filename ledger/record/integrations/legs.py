@@ -29,10 +29,10 @@ class Leg:
     """Per ``(scope, agent name)``: the function calls of the agent's latest model response
     that name one of its handoffs, as ``(call_id, tool name, arguments)`` (shared by the
     legs :func:`dataclasses.replace` makes for nested scopes)."""
-    blocked_outputs: set[tuple[Scope, str]] = field(default_factory=set, compare=False)
-    """``(scope, call_id)`` of each function tool call whose output a tool output
-    guardrail blocked, and whose execution it recorded, until ``on_tool_end`` skips it
-    (shared like ``handoff_calls``)."""
+    executed: dict[tuple[Scope, str], int] = field(default_factory=dict, compare=False)
+    """``(scope, call_id)`` of each function tool call whose execution this leg recorded,
+    with the execution's time (ns): recorded once, by the first of the tool wrapper, a tool
+    output guardrail or ``on_tool_end`` to see it (shared like ``handoff_calls``)."""
 
     last_results: dict[tuple[Scope, str], tuple[str, str, Any]] = field(
         default_factory=dict, compare=False)
