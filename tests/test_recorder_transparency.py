@@ -19,6 +19,7 @@ from agents import (
     OutputGuardrailTripwireTriggered,
     Runner,
     RunState,
+    ShellTool,
     SQLiteSession,
     function_tool,
     handoff,
@@ -338,3 +339,56 @@ async def test_a_tool_that_ran_is_recorded_when_a_later_callback_fails(tmp_path:
     found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
     assert [b["call_id"] for k, b in found if k == "execution"] == ["c-charge"]
     assert [b["status"] for k, b in found if k == "run_end"] == ["failed"]
+
+
+# -- calls of other tool kinds ------------------------------------------------------------
+
+
+def _shell_call(call_id: str, command: str) -> dict[str, Any]:
+    return {"type": "shell_call", "id": f"id-{call_id}", "call_id": call_id,
+            "status": "in_progress",
+            "action": {"type": "exec", "commands": [command], "timeout_ms": 1000}}
+
+
+def _shell_agent(ran: list[str], steps: list[list[Any]]) -> Agent[Any]:
+    def execute(request: Any) -> str:
+        ran.append(request.data.action.commands[0])
+        return f"ran {request.data.action.commands[0]}"
+
+    return Agent(name="operator", tools=[ShellTool(executor=execute, needs_approval=True)],
+                 model=ScriptedModel([ModelStep(output=step) for step in steps]))
+
+
+async def test_shell_calls_are_recorded_decided_and_executed(tmp_path: Path):
+    ran: list[str] = []
+    agent = _shell_agent(ran, [
+        [_shell_call("s-1", "ls"), _shell_call("s-2", "rm -rf /")],
+        [assistant_message("done")],
+    ])
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "tidy up")).to_state()
+    first, second = state.get_interruptions()
+    recorder.approve(state, first, approver="ann")
+    recorder.reject(state, second, approver="ann", message="not that")
+    done = await recorder.run(agent, state)
+
+    assert done.final_output == "done" and ran == ["ls"]
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    calls = {b["call_id"]: b for k, b in found if k == "call"}
+    assert {c: (b["tool"], b["needs_approval"]) for c, b in calls.items()} == {
+        "s-1": ("shell", True), "s-2": ("shell", True)}
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["s-1"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_shell_call_run_without_its_approval_is_reported(tmp_path: Path):
+    ran: list[str] = []
+    agent = _shell_agent(ran, [[_shell_call("s-1", "ls")], [assistant_message("done")]])
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "list")).to_state()
+    state.approve(state.get_interruptions()[0])  # behind the recorder's back
+    await recorder.run(agent, state)
+
+    assert ran == ["ls"]
+    rules = {v.rule for v in verify_ledger(Ledger(tmp_path)).violations}
+    assert "approval_binding" in rules

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 from operator import methodcaller
@@ -46,7 +47,8 @@ from agents.tool_guardrails import (
 )
 from openai.types.responses import ResponseFunctionToolCall
 
-from evidence_ledger.record.integrations.legs import CURRENT_LEG, current_leg, entered
+from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg, entered
+from evidence_ledger.record.integrations.native_calls import native_call, take_started
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 
 __all__ = [
@@ -295,6 +297,9 @@ def _handoffs(agent: Agent[Any]) -> dict[str, Handoff[Any, Any]]:
 
 
 def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
+    """``on_llm_end``: record the calls of a model response (function calls, and the kinds
+    of :mod:`~evidence_ledger.record.integrations.native_calls`), as one group; and the
+    hosted MCP calls the provider ran."""
     frame = current_leg()
     calls = [item for item in response.output if _field(item, "type") == "function_call"]
     if agent.handoffs:
@@ -303,8 +308,6 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
             (_field(item, "call_id"), _field(item, "name"), _field(item, "arguments"))
             for item in calls if _field(item, "name") in names
         ]
-    if not calls:
-        return
     tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool)}
     clock = frame.journal.writer.clock
     found = []
@@ -317,12 +320,56 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
             needs_approval=policy if isinstance(policy, bool) else None,
             response_id=response.response_id, time_ns=clock(),
         ))
+    for item in response.output:
+        native = native_call(agent, item)
+        if native is not None:
+            call_id, tool, arguments, policy = native
+            found.append(methodcaller(
+                "call", run_id=frame.run_id, call_id=call_id, agent=agent.name, tool=tool,
+                arguments=arguments, scope=frame.scope, needs_approval=policy,
+                response_id=response.response_id, time_ns=clock(),
+            ))
+            if _field(item, "type") != "mcp_approval_request":
+                frame.native_calls.setdefault((frame.scope, agent.name, tool), []).append(
+                    (call_id, arguments))
+        elif _field(item, "type") == "mcp_call":
+            found.append(_hosted_mcp_call(frame, agent, item, response.response_id, clock()))
+    if not found:
+        return
 
     def write(writer: EvidenceWriter) -> None:  # the calls of one response: one group
         for call in found:
             call(writer)
 
     frame.record(write)
+
+
+def _hosted_mcp_call(frame: Leg, agent: Agent[Any], item: Any, response_id: Any,
+                     time_ns: int) -> Any:
+    """What records a hosted MCP call the provider ran: the execution of the approval
+    request it names (if that call was recorded), else its own call and execution."""
+    request, name = _field(item, "approval_request_id"), str(_field(item, "name") or "")
+    arguments = str(_field(item, "arguments") or "")
+    output = _field(item, "output") if _field(item, "error") is None else _field(item, "error")
+    call_id = request if isinstance(request, str) else str(_field(item, "id"))
+
+    def write(writer: EvidenceWriter) -> None:
+        if not isinstance(request, str):
+            writer.call(run_id=frame.run_id, call_id=call_id, agent=agent.name, tool=name,
+                        arguments=arguments, scope=frame.scope, needs_approval=False,
+                        response_id=response_id, time_ns=time_ns)
+        elif writer.find_call(frame.run_id, frame.scope, call_id) is None:
+            return  # a request this run never recorded
+        writer.execution(run_id=frame.run_id, call_id=call_id, arguments=arguments,
+                         scope=frame.scope, agent=agent.name, tool=name,
+                         result=output if isinstance(output, str) else _json_text(output),
+                         run_state=frame.run_state, time_ns=time_ns)
+
+    return write
+
+
+def _json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _agent_of(context: Any, default: Agent[Any]) -> Agent[Any]:
@@ -335,9 +382,18 @@ def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) 
     """``on_tool_end``: record the execution of a function tool, unless its wrapper or an
     output guardrail already did (agent tools: here only, so that an agent tool whose agent
     paused, which ends no tool, is still running)."""
-    if not (isinstance(context, ToolContext) and isinstance(tool, FunctionTool)):
-        return  # hosted, shell and computer tools carry no call id here
-    _record_ran(context, agent, result, tool)
+    if isinstance(tool, FunctionTool):
+        if isinstance(context, ToolContext):
+            _record_ran(context, agent, result, tool)
+        return
+    frame = current_leg()
+    started = take_started(frame.native_calls, frame.scope, agent, tool, context)
+    if started is not None:  # a shell, apply_patch, computer or custom tool call
+        frame.record(methodcaller(
+            "execution", run_id=frame.run_id, call_id=started[0], arguments=started[1],
+            scope=frame.scope, agent=agent.name, tool=tool.name, result=_json_text(result),
+            run_state=frame.run_state, time_ns=frame.journal.writer.clock(),
+        ))
 
 
 def _record_ran(

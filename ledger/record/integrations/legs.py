@@ -29,6 +29,12 @@ class Leg:
     """Per ``(scope, agent name)``: the function calls of the agent's latest model response
     that name one of its handoffs, as ``(call_id, tool name, arguments)`` (shared by the
     legs :func:`dataclasses.replace` makes for nested scopes)."""
+    native_calls: dict[tuple[Scope, str, str], list[tuple[str, str]]] = field(
+        default_factory=dict, compare=False)
+    """The calls of other tool kinds waiting to run (see
+    :data:`~evidence_ledger.record.integrations.native_calls.Pending`; shared like
+    ``handoff_calls``)."""
+
     executed: dict[tuple[Scope, str], int] = field(default_factory=dict, compare=False)
     """``(scope, call_id)`` of each function tool call whose execution this leg recorded,
     with the execution's time (ns): recorded once, by the first of the tool wrapper, a tool

@@ -119,6 +119,7 @@ from evidence_ledger.record.integrations.hooks import (
     pending_handoffs,
 )
 from evidence_ledger.record.integrations.legs import Leg, entered
+from evidence_ledger.record.integrations.native_calls import pending_native_calls
 from evidence_ledger.record.integrations.nested_runs import install_runner
 from evidence_ledger.record.integrations.recorded_session import is_recorded, recorded_session
 from evidence_ledger.record.integrations.run_states import (
@@ -281,7 +282,8 @@ class Recorder:
                 attach(current)
             info = self._adopt(input, since)
             return Leg(self._journal, since, info.run_id, run_state=info.state_id,
-                       handoff_calls=pending_handoffs(input))
+                       handoff_calls=pending_handoffs(input),
+                       native_calls=pending_native_calls(input))
         return Leg(self._journal, since, uuid.uuid4().hex)
 
     # -- run states --------------------------------------------------------------------

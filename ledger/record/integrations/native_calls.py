@@ -1,0 +1,131 @@
+"""Calls of the SDK's other tool kinds: shell, local shell, apply_patch, computer and custom
+tool calls run locally, hosted MCP calls run by the provider.
+
+A model response's items of these kinds are recorded as calls, like ``function_call`` items
+(:func:`native_call` says how each kind is keyed). Their executions:
+
+- a local tool (shell, local shell, apply_patch, computer, custom) fires ``on_tool_end``
+  with the tool object and its output. A custom tool's context names its call; the others
+  get a plain run context, so the call is the first one of the agent's latest response for
+  that tool (the SDK runs a kind's calls one after the other, in response order) that the
+  SDK would run: not rejected, and approved when the tool always needs approval
+  (:func:`take_started`);
+- a hosted MCP call the provider ran after an approval request (``mcp_call`` naming its
+  ``approval_request_id``) is the execution of that request's call, its output the result;
+  one that needed no approval is recorded as its call and its execution.
+
+The pending calls of a resumed state (its interruptions) are known at the start of a leg, so
+a call approved in another process is found too (:func:`pending_native_calls`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import agents
+
+from evidence_ledger.record.writer import Scope
+
+__all__ = ["NATIVE_KINDS", "native_call", "pending_native_calls", "take_started"]
+
+NATIVE_KINDS = {
+    "shell_call": ("ShellTool", "action"),
+    "local_shell_call": ("LocalShellTool", "action"),
+    "apply_patch_call": ("ApplyPatchTool", "operation"),
+    "computer_call": ("ComputerTool", "action"),
+    "custom_tool_call": (None, "input"),
+    "mcp_approval_request": (None, "arguments"),
+}
+"""Item type -> (the SDK tool class that runs it, by name; None: the item names its tool),
+the field holding what the call asks for, recorded as its arguments."""
+
+Pending = dict[tuple[Scope, str, str], list[tuple[str, str]]]
+"""Per ``(scope, agent name, tool name)``: ``(call_id, arguments)`` of the calls of the
+agent's latest response that its tool has not run yet."""
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _text(value: Any) -> str:
+    """A call's payload as the arguments string recorded for it (JSON unless a string)."""
+    if isinstance(value, str):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        value = dump(mode="json", exclude_none=True)
+    return json.dumps(value, default=str)
+
+
+def _tool_name(agent: Any, kind: str, item: Any) -> str:
+    cls_name, _ = NATIVE_KINDS[kind]
+    if cls_name is None:
+        return str(_field(item, "name") or "")
+    cls = getattr(agents, cls_name, None)
+    tool = next((t for t in getattr(agent, "tools", ()) if cls and isinstance(t, cls)), None)
+    return str(getattr(tool, "name", None) or kind.removesuffix("_call"))
+
+
+def native_call(agent: Any, item: Any) -> tuple[str, str, str, bool | None] | None:
+    """``(call_id, tool name, arguments, needs_approval)`` of a response item of a kind in
+    :data:`NATIVE_KINDS` (``needs_approval``: the tool's setting when it is a bool, True for
+    an MCP approval request, else None); None for any other item."""
+    kind = _field(item, "type")
+    if kind not in NATIVE_KINDS:
+        return None
+    call_id = _field(item, "id" if kind == "mcp_approval_request" else "call_id")
+    if not isinstance(call_id, str):
+        return None
+    name = _tool_name(agent, kind, item)
+    if kind == "mcp_approval_request":
+        policy: Any = True
+    else:
+        tool = next((t for t in getattr(agent, "tools", ()) if getattr(t, "name", None) == name),
+                    None)
+        policy = getattr(tool, "needs_approval", None)
+    return (call_id, name, _text(_field(item, NATIVE_KINDS[kind][1])),
+            policy if isinstance(policy, bool) else None)
+
+
+def pending_native_calls(state: Any) -> Pending:
+    """The native calls a paused ``RunState`` waits on (its interruptions), as
+    :data:`Pending` at top-level scope; empty if the SDK cannot say."""
+    try:
+        items = state.get_interruptions()
+    except Exception:
+        return {}
+    pending: Pending = {}
+    for item in items:
+        agent = getattr(item, "agent", None)
+        found = native_call(agent, getattr(item, "raw_item", None))
+        if found is not None and agent is not None:
+            call_id, tool, arguments, _ = found
+            pending.setdefault(((), agent.name, tool), []).append((call_id, arguments))
+    return pending
+
+
+def take_started(
+    pending: Pending, scope: Scope, agent: Any, tool: Any, context: Any
+) -> tuple[str, str] | None:
+    """The ``(call_id, arguments)`` of the call ``tool`` just ran for ``agent`` (see the
+    module docstring), removed from ``pending``; None if there is none."""
+    calls = pending.get((scope, agent.name, tool.name))
+    if not calls:
+        return None
+    named = getattr(context, "tool_call_id", None)
+    always = getattr(tool, "needs_approval", None) is True
+    approved = getattr(context, "is_tool_approved", None)
+    for index, (call_id, arguments) in enumerate(calls):
+        if named is not None:
+            if call_id != named:
+                continue
+        elif callable(approved):
+            status = approved(tool.name, call_id)
+            if status is False or (always and status is not True):
+                continue
+        del calls[index]
+        return call_id, arguments
+    return None
