@@ -20,12 +20,16 @@ give the run :class:`~evidence_ledger.record.integrations.hooks.RecordingRunHook
 with :func:`recorded_session`.
 What is recorded, and from where:
 
-- ``call``: each ``function_call`` in a model response (``on_llm_end`` run hook);
+- ``call``: each ``function_call`` in a model response (``on_llm_end`` run hook), and
+  each call of another kind (shell, apply_patch, computer, custom, hosted MCP approval
+  request: :mod:`evidence_ledger.record.integrations.native_calls`);
 - ``tool_policy``: each per-call result of a callable ``needs_approval`` (wrapped);
 - ``decision``: :meth:`Recorder.approve` / :meth:`Recorder.reject`, which then apply it
   (``RunState.approve`` / ``reject`` call no callback);
-- ``execution``: each finished function tool (``on_tool_end`` run hook), its result
-  converted the way the SDK converts it for the ``function_call_output`` item;
+- ``execution``: each function tool that returned (its wrapper; with tool output
+  guardrails, the first of them), its result converted the way the SDK converts it for the
+  ``function_call_output`` item; an agent tool at ``on_tool_end``; a tool of another kind
+  at ``on_tool_end``, a hosted MCP call when the provider's ``mcp_call`` comes back;
 - ``guardrail``: a tool input guardrail that did not allow a call, a tool output
   guardrail that did not allow a tool's result (wrapped: the SDK fires no hook for
   either; the execution then holds what the tool returned, though the SDK persists the
