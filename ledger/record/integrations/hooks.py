@@ -159,18 +159,7 @@ def _wrapper(function: Any) -> Any:
 
 def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
     invoke = tool.on_invoke_tool
-    if getattr(tool, "_agent_instance", None) is None and not getattr(invoke, _MARK, False):
-
-        @functools.wraps(invoke)
-        async def invoke_recorded(context: ToolContext[Any], arguments: str) -> Any:
-            result = await invoke(context, arguments)
-            # a tool with output guardrails: they record it (its block comes right after)
-            if CURRENT_LEG.get() is not None and not tool.tool_output_guardrails:
-                _record_ran(context, _agent_of(context, agent), result, tool)
-            return result
-
-        tool.on_invoke_tool = _wrapper(invoke_recorded)
-    elif getattr(tool, "_agent_instance", None) is not None and not getattr(invoke, _MARK, False):
+    if getattr(tool, "_agent_instance", None) is not None and not getattr(invoke, _MARK, False):
 
         async def invoke_in_scope(context: ToolContext[Any], arguments: str) -> Any:
             outer = CURRENT_LEG.get()
@@ -180,7 +169,7 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             with entered(replace(outer, scope=(*outer.scope, edge)), agent_tool=True):
                 return await invoke(context, arguments)
 
-        tool.on_invoke_tool = _wrapper(functools.wraps(invoke)(invoke_in_scope))
+        tool.on_invoke_tool = _wrapper(invoke_in_scope)
     policy = tool.needs_approval
     if callable(policy) and not getattr(policy, _MARK, False):
 
@@ -223,8 +212,8 @@ def _wrap_guardrail(
     """Make ``guardrail`` (in place, once: the object stays the user's, and may serve
     several tools, of recorded agents or not) record a block when it does not allow a call
     in a recorded leg. An output guardrail (``after_run``) runs after the tool: it records
-    the tool's execution with what the tool returned (once: the tool's wrapper leaves a
-    tool with output guardrails to them), whatever its verdict and also when it fails;
+    the tool's execution with what the tool returned (once: ``on_tool_end`` then records
+    nothing), whatever its verdict and also when it fails;
     a block comes right after, with the execution's time (the SDK then persists the
     guardrail's message, or raises)."""
     if not _claim(guardrail):
@@ -372,16 +361,9 @@ def _json_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
-def _agent_of(context: Any, default: Agent[Any]) -> Agent[Any]:
-    """The agent a tool context names (SDK 0.24 sets it), else ``default``."""
-    agent = getattr(context, "agent", None)
-    return agent if isinstance(agent, Agent) else default
-
-
 def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
-    """``on_tool_end``: record the execution of a function tool, unless its wrapper or an
-    output guardrail already did (agent tools: here only, so that an agent tool whose agent
-    paused, which ends no tool, is still running)."""
+    """``on_tool_end``: record the execution of a function tool, unless an output guardrail
+    already did, or of a tool of another kind."""
     if isinstance(tool, FunctionTool):
         if isinstance(context, ToolContext):
             _record_ran(context, agent, result, tool)

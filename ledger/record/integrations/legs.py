@@ -37,8 +37,8 @@ class Leg:
 
     executed: dict[tuple[Scope, str], int] = field(default_factory=dict, compare=False)
     """``(scope, call_id)`` of each function tool call whose execution this leg recorded,
-    with the execution's time (ns): recorded once, by the first of the tool wrapper, a tool
-    output guardrail or ``on_tool_end`` to see it (shared like ``handoff_calls``)."""
+    with the execution's time (ns): recorded once, by the first of a tool output guardrail
+    or ``on_tool_end`` to see it (shared like ``handoff_calls``)."""
 
     last_results: dict[tuple[Scope, str], tuple[str, str, Any]] = field(
         default_factory=dict, compare=False)

@@ -26,10 +26,10 @@ What is recorded, and from where:
 - ``tool_policy``: each per-call result of a callable ``needs_approval`` (wrapped);
 - ``decision``: :meth:`Recorder.approve` / :meth:`Recorder.reject`, which then apply it
   (``RunState.approve`` / ``reject`` call no callback);
-- ``execution``: each function tool that returned (its wrapper; with tool output
+- ``execution``: each finished function tool (``on_tool_end`` run hook; with tool output
   guardrails, the first of them), its result converted the way the SDK converts it for the
-  ``function_call_output`` item; an agent tool at ``on_tool_end``; a tool of another kind
-  at ``on_tool_end``, a hosted MCP call when the provider's ``mcp_call`` comes back;
+  ``function_call_output`` item; a tool of another kind at ``on_tool_end``; a hosted MCP
+  call when the provider's ``mcp_call`` comes back;
 - ``guardrail``: a tool input guardrail that did not allow a call, a tool output
   guardrail that did not allow a tool's result (wrapped: the SDK fires no hook for
   either; the execution then holds what the tool returned, though the SDK persists the
