@@ -79,7 +79,7 @@ async def test_fork_gives_siblings_and_binds_each_leg(tmp_path: Path, streamed: 
     (_, a, _), (_, b, _) = made[:2]
     assert made == [
         ("to_state", a, None), ("to_state", b, None), ("decided", a, None), ("resume", b, None),
-        ("resume", a, None),
+        ("ended", b, None), ("resume", a, None), ("ended", a, None),
     ]
     assert a != b
     wire = scenarios.tag("fork", streamed) + "-wire"
@@ -115,7 +115,8 @@ async def test_nested_call_runs_at_its_scope_on_the_loaded_state(
     made = states(found)
     (_, saved, _), (_, loaded, _) = made[0], made[1]
     assert made == [("to_state", saved, None), ("loaded", loaded, saved),
-                    ("decided", loaded, saved), ("resume", loaded, saved)]
+                    ("decided", loaded, saved), ("resume", loaded, saved),
+                    ("ended", loaded, saved)]
     tag = scenarios.tag(f"nested{depth}", streamed)
     scope = tuple(f"ask_l{k}:{tag}-l{k}" for k in range(1, depth + 1))
     assert bound(found, "decision") == [(f"{tag}-wire", scope, loaded)]
@@ -134,7 +135,8 @@ async def test_retry_resumes_the_same_state_again(tmp_path: Path, streamed: bool
     loaded = made[1][1]
     assert [(event, parent) for event, _, parent in made] == [
         ("to_state", None), ("loaded", made[0][1]), ("decided", made[0][1]),
-        ("resume", made[0][1]), ("resume", made[0][1]),
+        ("resume", made[0][1]), ("ended", made[0][1]), ("resume", made[0][1]),
+        ("ended", made[0][1]),
     ]
     assert [s for s in bound(found, "run_end")] == [
         ("interrupted", (), None), ("failed", (), loaded), ("completed", (), loaded),
@@ -203,7 +205,7 @@ async def test_a_state_loaded_twice_gives_two_children(tmp_path: Path) -> None:
     assert root.state_id == state_id(saved)
     assert [c.state_id for c in root.children] == [state_id(one), state_id(two)]
     assert [[e.event for e in c.events] for c in root.children] == [
-        ["loaded", "decided"], ["loaded", "resume"],
+        ["loaded", "decided"], ["loaded", "resume", "ended"],
     ]
     assert verify_ledger(Ledger(tmp_path)).violations == []
 

@@ -170,7 +170,7 @@ async def test_approval_flow_group_records_what_entry_records(
         ]
 
     group, entry = recorded["group"], recorded["entry"]
-    assert len(group) == 34  # 3 decisions, each with its "decided" run state
+    assert len(group) == 35  # 3 decisions with their "decided" run states, 1 "ended"
     assert sorted(map(repr, group)) == sorted(map(repr, entry))
 
     def per_call(found: list[Any]) -> dict[str | None, list[str]]:

@@ -262,7 +262,7 @@ async def test_a_dataclass_context_round_trips_through_json(tmp_path: Path):
 
     assert isinstance(done.context_wrapper.context, AppContext)
     found = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "run_state"]
-    assert [b["event"] for b in found] == ["to_state", "loaded", "decided", "resume"]
+    assert [b["event"] for b in found] == ["to_state", "loaded", "decided", "resume", "ended"]
     assert len({b["run_id"] for b in found}) == 1
     assert verify_ledger(Ledger(tmp_path)).violations == []
 
@@ -366,3 +366,31 @@ async def test_a_shell_call_run_without_its_approval_is_reported(tmp_path: Path)
     assert ran == ["ls"]
     rules = {v.rule for v in verify_ledger(Ledger(tmp_path)).violations}
     assert "approval_binding" in rules
+
+
+async def test_a_state_retried_after_a_failed_leg_stays_in_its_run(tmp_path: Path):
+    class FailingOnce(SQLiteSession):
+        fail = False
+
+        async def add_items(self, items: list[Any]) -> None:
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("session append failed")
+            await super().add_items(items)
+
+    session = FailingOnce("s", ":memory:")
+    agent = _gated_agent()
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "pay", session=session)).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    session.fail = True
+    with pytest.raises(RuntimeError, match="session append failed"):
+        await recorder.run(agent, state, session=session)  # the SDK updates `state`
+    retry = await RunState.from_json(agent, state.to_json())
+    await Recorder(tmp_path).run(agent, retry, session=session)
+
+    found = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "run_state"]
+    assert [b["event"] for b in found] == [
+        "to_state", "decided", "resume", "ended", "loaded", "resume", "ended"]
+    assert len({b["run_id"] for b in found}) == 1
+    assert found[4]["parent"] == found[0]["state_id"]

@@ -116,7 +116,9 @@ BODY_FIELDS: dict[str, dict[str, Check]] = {
     },
     "run_state": {
         "run_id": _str, "state_id": _str, "parent": _opt_str,
-        "event": _one_of("to_state", "to_json", "loaded", "resume", "decided", "adopted"),
+        "event": _one_of(
+            "to_state", "to_json", "loaded", "resume", "decided", "adopted", "ended",
+        ),
         "digest": _opt_hash, "interruptions": _interruptions,
     },
     "ingest": {"file_sha256": _hash, "lines": _count, "name": _str},

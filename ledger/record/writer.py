@@ -54,8 +54,8 @@ class Interruption(NamedTuple):
 RUN_STATUSES = ("completed", "interrupted", "failed")
 DECISIONS = ("approve", "reject")
 SESSION_OPS = ("add", "pop", "clear")
-STATE_EVENTS = ("to_state", "to_json", "loaded", "resume", "decided", "adopted")
-_MADE = frozenset({"to_state", "to_json", "decided", "adopted"})
+STATE_EVENTS = ("to_state", "to_json", "loaded", "resume", "decided", "adopted", "ended")
+_MADE = frozenset({"to_state", "to_json", "decided", "adopted", "ended"})
 """Events of a state whose content was new then: what :meth:`EvidenceWriter.find_state`
 matches (a ``loaded`` or ``resume`` entry repeats the content of a state made earlier)."""
 
@@ -210,8 +210,9 @@ class EvidenceWriter:
     def find_state(
         self, digest: bytes | None, interruptions: Sequence[Interruption]
     ) -> tuple[str, str] | None:
-        """``(run_id, state_id)`` of the latest run state recorded as made (``to_state``,
-        ``decided``, ``adopted``; ``to_json`` of older recorders) with this 32-byte
+        """``(run_id, state_id)`` of the latest run state recorded as made or changed
+        (``to_state``, ``decided``, ``adopted``, ``ended``; ``to_json`` of older recorders)
+        with this 32-byte
         ``digest``; else, when ``interruptions`` is not empty, of the latest one with the
         same pending approvals (call id, agent, tool and arguments digest of each, in
         order); else None. Catches up with entries other writers appended (takes the
@@ -560,8 +561,9 @@ class EvidenceWriter:
         ``event`` is one of :data:`STATE_EVENTS`: ``to_state`` (made from a run
         result), ``to_json`` (serialised; recorders before 0.3 wrote it), ``loaded``
         (first met, found by its digest or pending approvals), ``resume`` (a leg resumed
-        from it), ``decided`` (a decision was applied to it) or ``adopted`` (first met,
-        never recorded before: the first entry of a new run). ``state`` is its serialised
+        from it), ``decided`` (a decision was applied to it), ``adopted`` (first met,
+        never recorded before: the first entry of a new run) or ``ended`` (a leg resumed
+        from it ended: the SDK updates the state object it resumes). ``state`` is its serialised
         form (a JSON value), digested into the 32-byte ``digest`` as SHA-256 over its
         RFC 8785 JSON (see :func:`item_bytes` for values RFC 8785 refuses) and not
         stored; or pass ``digest`` itself. ``interruptions`` are its pending approvals.

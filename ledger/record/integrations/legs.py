@@ -24,6 +24,7 @@ class Leg:
     run_id: str
     scope: Scope = ()
     run_state: str | None = None  # the state this leg resumed from; None: started fresh
+    resumed: Any = field(default=None, compare=False)  # that RunState object
     handoff_calls: dict[tuple[Scope, str], list[tuple[str, str, str]]] = field(
         default_factory=dict, compare=False)
     """Per ``(scope, agent name)``: the function calls of the agent's latest model response

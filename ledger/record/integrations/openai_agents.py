@@ -132,6 +132,7 @@ from evidence_ledger.record.integrations.run_states import (
     record_state,
     register_state,
     state_entry,
+    state_info,
 )
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -260,10 +261,18 @@ class Recorder:
                 ``run_end`` says ``failed``), or this last one cannot.
         """
         failure = self._journal.settle(since=frame.since)
-        end = methodcaller(
+        run_end = methodcaller(
             "run_end", run_id=frame.run_id,
             status="failed" if failure is not None else status, run_state=frame.run_state,
         )
+        info = state_info(frame.resumed) if frame.resumed is not None else None
+        ended = state_entry(frame.resumed, info, "ended") if info is not None else None
+
+        def end(writer: EvidenceWriter) -> None:
+            if ended is not None:  # the SDK updates the state it resumes: found by it later
+                ended(writer)
+            run_end(writer)
+
         try:
             self._journal.commit(end)
         finally:
@@ -286,7 +295,7 @@ class Recorder:
                 attach(current)
             info = self._adopt(input, since)
             return Leg(self._journal, since, info.run_id, run_state=info.state_id,
-                       handoff_calls=pending_handoffs(input),
+                       resumed=input, handoff_calls=pending_handoffs(input),
                        native_calls=pending_native_calls(input))
         return Leg(self._journal, since, uuid.uuid4().hex)
 

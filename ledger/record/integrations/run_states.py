@@ -21,7 +21,9 @@ and records a ``run_state`` entry per event:
 - ``adopted``: such a state that matches nothing recorded (built by hand, restored from a
   run no recorder saw): it starts a new run, with a ``call`` entry for each pending
   approval it carries (the calls were made before the recorder met them);
-- ``resume``: a leg resumed from it.
+- ``resume``: a leg resumed from it;
+- ``ended``: that leg ended (the SDK updates the state object it resumes, also when the leg
+  fails: its digest then, so that its JSON is found when restored for a retry).
 
 Each entry holds the run id, the state id, its parent, its *digest* and its pending
 interruptions (call_id, tool, agent, scope, arguments digest). The digest
