@@ -6,6 +6,7 @@ and compares what the app can observe.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 from pathlib import Path
@@ -394,3 +395,33 @@ async def test_a_state_retried_after_a_failed_leg_stays_in_its_run(tmp_path: Pat
         "to_state", "decided", "resume", "ended", "loaded", "resume", "ended"]
     assert len({b["run_id"] for b in found}) == 1
     assert found[4]["parent"] == found[0]["state_id"]
+
+
+async def test_a_streamed_leg_whose_reader_is_cancelled_is_recorded_failed(tmp_path: Path):
+    release = asyncio.Event()
+
+    @function_tool
+    async def slow() -> str:
+        """Wait."""
+        await release.wait()
+        return "late"
+
+    agent = Agent(name="waiter", tools=[slow], model=ScriptedModel([
+        ModelStep(output=[function_call("slow", {}, call_id="c-slow")]),
+        ModelStep(output=[assistant_message("done")]),
+    ]))
+    result = Recorder(tmp_path).run_streamed(agent, "wait")
+
+    async def read() -> None:
+        async for _ in result.stream_events():
+            pass
+
+    reader = asyncio.create_task(read())
+    await asyncio.sleep(0.2)
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    release.set()
+
+    ends = [e.body["status"] for e, _ in Ledger(tmp_path).entries() if e.kind == "run_end"]
+    assert ends == ["failed"]

@@ -298,10 +298,14 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
             for item in calls if _field(item, "name") in names
         ]
     tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool)}
+    others = {getattr(t, "name", None) for t in agent.tools if not isinstance(t, FunctionTool)}
     clock = frame.journal.writer.clock
     found = []
     for item in calls:
         name = _field(item, "name")
+        if name in others and name not in tools:  # a function-shaped call of, say, apply_patch
+            frame.native_calls.setdefault((frame.scope, agent.name, name), []).append(
+                (_field(item, "call_id"), _field(item, "arguments")))
         policy = getattr(tools.get(name), "needs_approval", None)
         found.append(methodcaller(
             "call", run_id=frame.run_id, call_id=_field(item, "call_id"),

@@ -226,19 +226,24 @@ class Recorder:
 
         async def recorded_events() -> AsyncIterator[StreamEvent]:
             inner = events()
-            ended = False
+            ended = failed = False
             try:
                 async for event in inner:
                     yield event
                 ended = True
+            except GeneratorExit:  # left early (aclose): the SDK's run may still finish
+                raise
+            except BaseException:  # an error, or the reading task was cancelled
+                failed = True
+                raise
             finally:
                 try:
                     close = getattr(inner, "aclose", None)  # an async generator in the SDK
                     if close is not None:
                         await close()  # closed early (aclose): the SDK's cleanup runs
                 finally:
-                    self._finish(frame, _status(result) if ended or _finished(result)
-                                 else "failed")
+                    self._finish(frame, "failed" if failed else _status(result)
+                                 if ended or _finished(result) else "failed")
 
         result.stream_events = recorded_events  # type: ignore[method-assign]
         return result
