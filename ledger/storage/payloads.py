@@ -84,6 +84,7 @@ class PayloadStore:
         self.root = Path(directory) / PAYLOAD_DIR
         self._root = str(self.root)
         self._dirty: set[str] = set()  # files written or reused since the last sync
+        self._safe: set[str] = set()  # folders found not to be symlinks (checked once)
 
     def path_for(self, digest: bytes) -> Path:
         """Path of the payload with this 32-byte SHA-256 digest."""
@@ -95,17 +96,22 @@ class PayloadStore:
 
     def _checked(self, digest: bytes) -> str:
         """:meth:`_path`, once ``payloads/`` and the digest's shard folder are known not to
-        be symlinks (which would lead reads and writes out of the ledger).
+        be symlinks (which would lead reads and writes out of the ledger; each folder is
+        checked once per store, when it exists).
 
         Raises:
             NotRegularFileError: if either is a symlink.
         """
         path = self._path(digest)
         for folder in (self._root, os.path.dirname(path)):
+            if folder in self._safe:
+                continue
             if os.path.islink(folder):
                 raise NotRegularFileError(
                     errno.ELOOP, "is in a folder that is a symbolic link", folder
                 )
+            if os.path.isdir(folder):
+                self._safe.add(folder)
         return path
 
     def put(self, data: bytes) -> bytes:
