@@ -18,6 +18,7 @@ from agents import (
     Agent,
     GuardrailFunctionOutput,
     OutputGuardrailTripwireTriggered,
+    RunHooks,
     Runner,
     RunState,
     ShellTool,
@@ -425,3 +426,27 @@ async def test_a_streamed_leg_whose_reader_is_cancelled_is_recorded_failed(tmp_p
 
     ends = [e.body["status"] for e, _ in Ledger(tmp_path).entries() if e.kind == "run_end"]
     assert ends == ["failed"]
+
+
+async def test_the_apps_run_hooks_get_the_arguments_as_the_sdk_passes_them(tmp_path: Path):
+    def agents_with_handoff() -> Agent[Any]:
+        billing = Agent(name="billing", model=ScriptedModel([
+            ModelStep(output=[assistant_message("credited")])]))
+        return Agent(name="triage", handoffs=[billing], model=ScriptedModel([
+            ModelStep(output=[function_call("transfer_to_billing", {}, call_id="c-h")])]))
+
+    class KeywordHooks(RunHooks[Any]):
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        async def on_handoff(self, *, context: Any, from_agent: Any, to_agent: Any) -> None:
+            self.seen.append(f"{from_agent.name} -> {to_agent.name}")
+
+    plain_hooks, recorded_hooks = KeywordHooks(), KeywordHooks()
+    plain = await Runner.run(agents_with_handoff(), "refund", hooks=plain_hooks)
+    recorded = await Recorder(tmp_path).run(agents_with_handoff(), "refund",
+                                            hooks=recorded_hooks)
+
+    assert recorded.final_output == plain.final_output == "credited"
+    assert recorded_hooks.seen == plain_hooks.seen == ["triage -> billing"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []

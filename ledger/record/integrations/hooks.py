@@ -449,40 +449,49 @@ def pending_handoffs(state: Any) -> dict[tuple[Scope, str], list[tuple[str, str,
 
 class RecordingRunHooks(RunHooks[Any]):
     """Run hooks that record what a recorded leg's agents do, then call the run hooks the
-    app gave (``inner``; None: none). The SDK calls them for every agent of the run they
-    are given to (handoffs included); :mod:`~evidence_ledger.record.integrations.nested_runs`
+    app gave (``inner``; None: none) with the very arguments the SDK passed (positional or
+    by name, as it passed them). The SDK calls them for every agent of the run they are
+    given to (handoffs included); :mod:`~evidence_ledger.record.integrations.nested_runs`
     gives them to the runs of agents used through ``Agent.as_tool`` as well. Outside a
     recorded leg they only pass events on."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    async def _forward(self, name: str, *args: Any, record: Any = None) -> None:
+    async def _forward(self, name: str, args: Any, kwargs: Any, record: Any = None) -> None:
         if record is not None and CURRENT_LEG.get() is not None:
-            record()
+            named = _BASE_SIGNATURES[name].bind(self, *args, **kwargs).arguments
+            record(named)
         if self.inner is not None:
-            await getattr(self.inner, name)(*args)
+            await getattr(self.inner, name)(*args, **kwargs)
 
-    async def on_agent_start(self, context: Any, agent: Any) -> None:
-        await self._forward("on_agent_start", context, agent)
+    async def on_agent_start(self, *args: Any, **kwargs: Any) -> None:
+        await self._forward("on_agent_start", args, kwargs)
 
-    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
-        await self._forward("on_agent_end", context, agent, output)
+    async def on_agent_end(self, *args: Any, **kwargs: Any) -> None:
+        await self._forward("on_agent_end", args, kwargs)
 
-    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
-        await self._forward("on_handoff", context, from_agent, to_agent,
-                            record=lambda: _record_handoff(from_agent, to_agent))
+    async def on_handoff(self, *args: Any, **kwargs: Any) -> None:
+        await self._forward("on_handoff", args, kwargs, record=lambda a: _record_handoff(
+            a["from_agent"], a["to_agent"]))
 
-    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        await self._forward("on_tool_start", context, agent, tool)
+    async def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+        await self._forward("on_tool_start", args, kwargs)
 
-    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
-        await self._forward("on_tool_end", context, agent, tool, result,
-                            record=lambda: _record_execution(context, agent, tool, result))
+    async def on_tool_end(self, *args: Any, **kwargs: Any) -> None:
+        await self._forward("on_tool_end", args, kwargs, record=lambda a: _record_execution(
+            a["context"], a["agent"], a["tool"], a["result"]))
 
-    async def on_llm_start(self, context: Any, agent: Any, *args: Any) -> None:
-        await self._forward("on_llm_start", context, agent, *args)
+    async def on_llm_start(self, *args: Any, **kwargs: Any) -> None:
+        await self._forward("on_llm_start", args, kwargs)
 
-    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
-        await self._forward("on_llm_end", context, agent, response,
-                            record=lambda: _record_calls(agent, response))
+    async def on_llm_end(self, *args: Any, **kwargs: Any) -> None:
+        await self._forward("on_llm_end", args, kwargs, record=lambda a: _record_calls(
+            a["agent"], a["response"]))
+
+
+_BASE_SIGNATURES = {
+    name: inspect.signature(getattr(RunHooks, name))
+    for name in ("on_handoff", "on_tool_end", "on_llm_end")
+}
+"""How the SDK's run hooks name their arguments (read from ``RunHooks`` itself)."""
