@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -450,3 +451,68 @@ async def test_the_apps_run_hooks_get_the_arguments_as_the_sdk_passes_them(tmp_p
     assert recorded.final_output == plain.final_output == "credited"
     assert recorded_hooks.seen == plain_hooks.seen == ["triage -> billing"]
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_one_nested_call_id_in_two_runs_of_an_agent_tool_is_told_apart(tmp_path: Path):
+    credited: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def issue_credit(amount: str) -> str:
+        """Credit (gated)."""
+        credited.append(amount)
+        return f"credited {amount}"
+
+    billing = Agent(name="billing", tools=[issue_credit], model=ScriptedModel([
+        ModelStep(output=[function_call("issue_credit", {"amount": "5"}, call_id="c-9")]),
+        ModelStep(output=[function_call("issue_credit", {"amount": "7"}, call_id="c-9")]),
+        ModelStep(output=[assistant_message("credited")]),
+        ModelStep(output=[assistant_message("credited")]),
+    ]))
+    support = Agent(name="support", tools=[billing.as_tool(
+        tool_name="ask_billing", tool_description="Billing.")], model=ScriptedModel([
+            ModelStep(output=[
+                function_call("ask_billing", {"input": "credit 5"}, call_id="c-2"),
+                function_call("ask_billing", {"input": "credit 7"}, call_id="c-3")]),
+            ModelStep(output=[assistant_message("done")]),
+        ]))
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(support, "go")).to_state()
+    for item in state.get_interruptions():
+        recorder.approve(state, item, approver="ann")
+    done = await recorder.run(support, state)
+
+    assert done.final_output == "done" and sorted(credited) == ["5", "7"]
+    decided = {tuple(e.body["scope"]) for e, _ in Ledger(tmp_path).entries()
+               if e.kind == "decision"}
+    assert decided == {("ask_billing:c-2",), ("ask_billing:c-3",)}
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+@pytest.mark.parametrize("kind", ["dataclass", "pydantic", "object"])
+async def test_the_apps_context_is_never_serialised_by_the_recorder(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+):
+    async def flow(recorder: Recorder | None) -> list[str]:
+        caplog.clear()
+        agent = _gated_agent()
+        run = recorder.run if recorder is not None else Runner.run
+        state = (await run(agent, "pay", context=CONTEXTS[kind]())).to_state()
+        item = state.get_interruptions()[0]
+        if recorder is not None:
+            recorder.approve(state, item, approver="ann")
+        else:
+            state.approve(item)
+        await run(agent, state)
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    assert await flow(Recorder(tmp_path)) == await flow(None) == []
+
+
+async def test_stream_events_read_twice_ends_the_leg_once(tmp_path: Path):
+    result = Recorder(tmp_path).run_streamed(_agent(), "hi")
+    for _ in range(2):
+        async for _event in result.stream_events():
+            pass
+
+    ends = [e.body["status"] for e, _ in Ledger(tmp_path).entries() if e.kind == "run_end"]
+    assert ends == ["completed"]

@@ -155,7 +155,7 @@ class EvidenceWriter:
         """Drop every index; the next append re-reads the log from the start."""
         self._tail = Tail(0, ZERO_HASH, 0)
         self._calls: dict[CallKey, bytes] = {}
-        self._call_agents: dict[CallKey, str] = {}
+        self._call_agents: dict[CallKey, tuple[str, bytes]] = {}
         self._calls_by_id: dict[tuple[str, str], list[bytes]] = {}
         self._ingested: set[bytes] = set()
         self._states: dict[bytes | tuple[Any, ...], tuple[str, str]] = {}
@@ -167,7 +167,7 @@ class EvidenceWriter:
         if entry.kind == "call":
             key = (body["run_id"], tuple(body["scope"]), body["call_id"])
             self._calls[key] = hash_
-            self._call_agents[key] = body["agent"]
+            self._call_agents[key] = (body["agent"], body["args_digest"])
             self._calls_by_id.setdefault((body["run_id"], body["call_id"]), []).append(hash_)
         elif entry.kind == "ingest":
             self._ingested.add(body["file_sha256"])
@@ -194,17 +194,23 @@ class EvidenceWriter:
         """Entries in the log as this writer knows it, pending ones of an open group included."""
         return (self._next or self._tail).size
 
-    def call_scopes(self, run_id: str, call_id: str, agent: str | None = None) -> list[Scope]:
+    def call_scopes(
+        self, run_id: str, call_id: str, agent: str | None = None, arguments: str | None = None
+    ) -> list[Scope]:
         """Scopes of the recorded calls with this ``(run_id, call_id)``, oldest first; when
-        there are several and ``agent`` is given, those of calls ``agent`` made (one
-        ``call_id`` at top level and inside a nested agent).
+        there are several, those of calls ``agent`` made (one ``call_id`` at top level and
+        inside a nested agent), then, if still several, those with the digest of
+        ``arguments`` (one agent tool called twice, its agent reusing a call id).
 
         Catches up with entries other writers appended (takes the writer lock).
         """
         with self.atomic():
             keys = [key for key in self._calls if (key[0], key[2]) == (run_id, call_id)]
             if len(keys) > 1 and agent is not None:
-                keys = [key for key in keys if self._call_agents.get(key) == agent]
+                keys = [key for key in keys if self._call_agents[key][0] == agent]
+            if len(keys) > 1 and arguments is not None:
+                digest = digests.arguments_digest(arguments).digest
+                keys = [key for key in keys if self._call_agents[key][1] == digest]
             return [scope for _, scope, _ in keys]
 
     def find_state(

@@ -223,6 +223,7 @@ class Recorder:
             result = get_default_agent_runner().run_streamed(agent, input, **kwargs)
         self._derive_states(result, frame)
         events = result.stream_events
+        ends: list[str] = []  # the leg ends once, however often stream_events() is called
 
         async def recorded_events() -> AsyncIterator[StreamEvent]:
             inner = events()
@@ -242,8 +243,10 @@ class Recorder:
                     if close is not None:
                         await close()  # closed early (aclose): the SDK's cleanup runs
                 finally:
-                    self._finish(frame, "failed" if failed else _status(result)
-                                 if ended or _finished(result) else "failed")
+                    if not ends:
+                        ends.append("ended")
+                        self._finish(frame, "failed" if failed else _status(result)
+                                     if ended or _finished(result) else "failed")
 
         result.stream_events = recorded_events  # type: ignore[method-assign]
         return result
@@ -355,10 +358,9 @@ class Recorder:
         id is passed to the SDK and not recorded.
 
         Raises:
-            UsageError: if ``item``'s call id is in several scopes of the run and none is
-                the agent's.
-            StorageError: if the decision (or evidence queued before it) could not be
-                appended; the decision is then not applied.
+            StorageError: if evidence queued before the decision could not be appended
+                (the decision is then not applied), or the decision's own group could not
+                be (the SDK has applied it by then; nothing of it is in the ledger).
             Whatever ``RunState.approve`` raises (nothing is recorded then).
         """
         self._decide(state, item, lambda shown: state.approve(shown, always_approve=always),
@@ -428,20 +430,15 @@ def _waiting(state: RunState[Any, Any], item: ToolApprovalItem) -> bool:
 def _call_scope(
     writer: EvidenceWriter, info: StateInfo, item: ToolApprovalItem, pending: bool
 ) -> Scope:
-    """The scope of ``item``'s call in the run; a call not recorded is recorded now, at top
-    level, from ``item`` (``needs_approval`` True if the state was waiting on it, else
-    unknown).
-
-    Raises:
-        UsageError: if the call id is in several scopes and none or several are the
-            agent's.
-    """
+    """The scope of ``item``'s call in the run (of the agent's call, then of the one with
+    its arguments, then the latest, when the call id is in several scopes: the decision is
+    applied already, so nothing may fail here); a call not recorded is recorded now, at
+    top level, from ``item`` (``needs_approval`` True if the state was waiting on it, else
+    unknown)."""
     call_id, agent = str(item.call_id), _agent_name(item)
-    scopes = writer.call_scopes(info.run_id, call_id, agent)
-    if len(scopes) > 1:
-        raise UsageError(f"call {call_id!r} of run {info.run_id} is in {len(scopes)} scopes")
+    scopes = writer.call_scopes(info.run_id, call_id, agent, item.arguments)
     if scopes:
-        return scopes[0]
+        return scopes[-1]
     writer.call(
         run_id=info.run_id, call_id=call_id, agent=agent or "", tool=item.tool_name or "",
         arguments=item.arguments or "", needs_approval=True if pending else None,

@@ -94,9 +94,13 @@ def register_state(state: RunState[Any, Any], info: StateInfo) -> None:
 
 def state_digest(state: RunState[Any, Any]) -> bytes | None:
     """The 32-byte digest of ``state`` (see the module docstring); None if the SDK cannot
-    serialise it (a context value that is not JSON, for example). Never raises."""
+    serialise it. The app's context value is not serialised (no serializer of the app's
+    runs, no warning is logged). Never raises."""
     try:
-        data = state.to_json()
+        try:  # the app's context is left out of the digest: never serialise it
+            data = state.to_json(context_serializer=_no_context)
+        except TypeError:  # an SDK without context serializers (before 0.23)
+            data = state.to_json()
     except Exception:
         return None
     context = data.get("context") if isinstance(data, dict) else None
@@ -107,6 +111,11 @@ def state_digest(state: RunState[Any, Any]) -> bytes | None:
         return item_sha256(data)
     except Exception:
         return None
+
+
+def _no_context(context: Any) -> dict[str, Any]:
+    """A context serializer that reads nothing of the app's context."""
+    return {}
 
 
 def pending_approvals(state: RunState[Any, Any]) -> list[Interruption]:
@@ -182,7 +191,7 @@ def state_entry(state: Any, info: StateInfo, event: str) -> Write:
     def write(writer: EvidenceWriter) -> None:
         found = []
         for item in pending:
-            scopes = writer.call_scopes(info.run_id, item.call_id, item.agent)
+            scopes = writer.call_scopes(info.run_id, item.call_id, item.agent, item.arguments)
             found.append(item._replace(scope=scopes[0] if len(scopes) == 1 else None))
         writer.run_state(
             run_id=info.run_id, state_id=info.state_id, parent=info.parent, event=event,
