@@ -88,16 +88,20 @@ run-state ids are kept by the recorder, not in the context, a ``RunState`` or it
 hooks are part of how a ``RunState`` identifies them); the tool and guardrail wrappers keep
 the wrapped functions' names and record nothing outside a recorded leg.
 
-Limits: a session write outside a recorded
-run is recorded with ``run_id=""``; a streamed run whose events are not read to the end is recorded
-as ``failed``; a handoff is recorded as its call and an execution whose result is the transfer
-message the SDK persists (also when the SDK runs it in a leg resumed from a ``RunState``); the run
-states of agents run through ``Agent.as_tool`` are the SDK's own and not recorded (their calls are,
-under the top-level run's state); tool guardrails given to an MCP server (not to a tool) are not
-wrapped, so a block by one is recorded as an execution whose result is the guardrail's message; a
-guardrail or approval rejection of a tool called programmatically (``caller`` type ``program``) with
-an output schema is persisted by the SDK as ``{"error": message}``, which the recorded message does
-not match (``output_provenance``).
+Limits: a session write outside a recorded run is recorded with ``run_id=""``; a streamed run
+whose events are left before their end (and whose run did not finish) is recorded as ``failed``,
+one whose ``stream_events()`` is never called gets no ``run_end``, and one stopped with
+``result.cancel()`` is recorded as ``completed``; a function tool's execution is recorded at
+``on_tool_end`` (or by its output guardrails), so a tool whose later callback fails
+(``custom_data_extractor``) ran without evidence; two agents with one name share their sticky
+decisions in the rules; a handoff is recorded as its call and an execution whose result is the
+transfer message the SDK persists (also when the SDK runs it in a leg resumed from a
+``RunState``); the run states of agents run through ``Agent.as_tool`` are the SDK's own and not
+recorded (their calls are, under the top-level run's state); tool guardrails given to an MCP
+server (not to a tool) are not wrapped, so a block by one is recorded as an execution whose
+result is the guardrail's message; a guardrail or approval rejection of a tool called
+programmatically (``caller`` type ``program``) with an output schema is persisted by the SDK as
+``{"error": message}``, which the recorded message does not match (``output_provenance``).
 """
 
 from __future__ import annotations
