@@ -565,7 +565,7 @@ class EvidenceWriter:
 
         ``state_id`` names the state; ``parent`` the state it was derived from.
         ``event`` is one of :data:`STATE_EVENTS`: ``to_state`` (made from a run
-        result), ``to_json`` (serialised; recorders before 0.3 wrote it), ``loaded``
+        result), ``to_json`` (serialised; earlier recorders wrote it), ``loaded``
         (first met, found by its digest or pending approvals), ``resume`` (a leg resumed
         from it), ``decided`` (a decision was applied to it), ``adopted`` (first met,
         never recorded before: the first entry of a new run) or ``ended`` (a leg resumed
