@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
-from collections.abc import Mapping
 from dataclasses import replace
 from operator import methodcaller
 from typing import Any
@@ -48,7 +46,12 @@ from agents.tool_guardrails import (
 from openai.types.responses import ResponseFunctionToolCall
 
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg, entered
-from evidence_ledger.record.integrations.native_calls import native_call, take_started
+from evidence_ledger.record.integrations.native_calls import item_field as _field
+from evidence_ledger.record.integrations.native_calls import (
+    native_call,
+    payload_text,
+    take_started,
+)
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 
 __all__ = [
@@ -65,10 +68,6 @@ one with the output :data:`IGNORED_HANDOFF_MESSAGE` and runs nothing."""
 
 IGNORED_HANDOFF_MESSAGE = "Multiple handoffs detected, ignoring this one."
 """The output the SDK (0.20 - 0.24) persists for a handoff it ignored."""
-
-
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
 def persisted_output(
@@ -355,14 +354,10 @@ def _hosted_mcp_call(frame: Leg, agent: Agent[Any], item: Any, response_id: Any,
             return  # a request this run never recorded
         writer.execution(run_id=frame.run_id, call_id=call_id, arguments=arguments,
                          scope=frame.scope, agent=agent.name, tool=name,
-                         result=output if isinstance(output, str) else _json_text(output),
+                         result=payload_text(output),
                          run_state=frame.run_state, time_ns=time_ns)
 
     return write
-
-
-def _json_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
@@ -377,7 +372,7 @@ def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) 
     if started is not None:  # a shell, apply_patch, computer or custom tool call
         frame.record(methodcaller(
             "execution", run_id=frame.run_id, call_id=started[0], arguments=started[1],
-            scope=frame.scope, agent=agent.name, tool=tool.name, result=_json_text(result),
+            scope=frame.scope, agent=agent.name, tool=tool.name, result=payload_text(result),
             run_state=frame.run_state, time_ns=frame.journal.writer.clock(),
         ))
 

@@ -28,7 +28,10 @@ import agents
 
 from evidence_ledger.record.writer import Scope
 
-__all__ = ["NATIVE_KINDS", "native_call", "pending_native_calls", "take_started"]
+__all__ = [
+    "NATIVE_KINDS", "item_field", "native_call", "payload_text", "pending_native_calls",
+    "take_started",
+]
 
 NATIVE_KINDS = {
     "shell_call": ("ShellTool", "action"),
@@ -46,12 +49,14 @@ Pending = dict[tuple[Scope, str, str], list[tuple[str, str]]]
 agent's latest response that its tool has not run yet."""
 
 
-def _field(obj: Any, name: str) -> Any:
+def item_field(obj: Any, name: str) -> Any:
+    """Field ``name`` of a response item, a mapping or an object (None if absent)."""
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
-def _text(value: Any) -> str:
-    """A call's payload as the arguments string recorded for it (JSON unless a string)."""
+def payload_text(value: Any) -> str:
+    """A call's payload or a tool's output as the string recorded for it: a string as it is,
+    anything else as JSON (a pydantic model by its JSON dump; unknown values by ``str``)."""
     if isinstance(value, str):
         return value
     dump = getattr(value, "model_dump", None)
@@ -63,7 +68,7 @@ def _text(value: Any) -> str:
 def _tool_name(agent: Any, kind: str, item: Any) -> str:
     cls_name, _ = NATIVE_KINDS[kind]
     if cls_name is None:
-        return str(_field(item, "name") or "")
+        return str(item_field(item, "name") or "")
     cls = getattr(agents, cls_name, None)
     tool = next((t for t in getattr(agent, "tools", ()) if cls and isinstance(t, cls)), None)
     return str(getattr(tool, "name", None) or kind.removesuffix("_call"))
@@ -73,10 +78,10 @@ def native_call(agent: Any, item: Any) -> tuple[str, str, str, bool | None] | No
     """``(call_id, tool name, arguments, needs_approval)`` of a response item of a kind in
     :data:`NATIVE_KINDS` (``needs_approval``: the tool's setting when it is a bool, True for
     an MCP approval request, else None); None for any other item."""
-    kind = _field(item, "type")
+    kind = item_field(item, "type")
     if kind not in NATIVE_KINDS:
         return None
-    call_id = _field(item, "id" if kind == "mcp_approval_request" else "call_id")
+    call_id = item_field(item, "id" if kind == "mcp_approval_request" else "call_id")
     if not isinstance(call_id, str):
         return None
     name = _tool_name(agent, kind, item)
@@ -86,7 +91,7 @@ def native_call(agent: Any, item: Any) -> tuple[str, str, str, bool | None] | No
         tool = next((t for t in getattr(agent, "tools", ()) if getattr(t, "name", None) == name),
                     None)
         policy = getattr(tool, "needs_approval", None)
-    return (call_id, name, _text(_field(item, NATIVE_KINDS[kind][1])),
+    return (call_id, name, payload_text(item_field(item, NATIVE_KINDS[kind][1])),
             policy if isinstance(policy, bool) else None)
 
 

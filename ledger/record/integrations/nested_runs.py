@@ -20,6 +20,8 @@ is wrapped again at the next leg). It changes nothing of a run but its hooks:
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from typing import Any
 
 from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
@@ -38,39 +40,30 @@ class RecordingRunner(AgentRunner):
         self.inner = inner
 
     async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
-        if _as_given(kwargs):
-            return await self.inner.run(starting_agent, input, **kwargs)
-        if AGENT_TOOL.get():
-            with entered(CURRENT_LEG.get()):  # its own agent tools mark their runs again
-                return await self.inner.run(starting_agent, input, **_recorded(kwargs))
-        with entered(None):
+        placed, kwargs = _placed(kwargs)
+        with placed:
             return await self.inner.run(starting_agent, input, **kwargs)
 
     def run_streamed(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
-        # the SDK's run task copies the context variables as they are here
-        if _as_given(kwargs):
-            return self.inner.run_streamed(starting_agent, input, **kwargs)
-        if AGENT_TOOL.get():
-            with entered(CURRENT_LEG.get()):
-                return self.inner.run_streamed(starting_agent, input, **_recorded(kwargs))
-        with entered(None):
+        placed, kwargs = _placed(kwargs)
+        with placed:  # the SDK's run task copies the context variables as they are here
             return self.inner.run_streamed(starting_agent, input, **kwargs)
 
     def run_sync(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
         return self.inner.run_sync(starting_agent, input, **kwargs)
 
 
-def _as_given(kwargs: dict[str, Any]) -> bool:
-    """True for a run outside any recorded leg, or the recorder's own run of a leg (its
-    hooks are already recording ones)."""
-    return CURRENT_LEG.get() is None or isinstance(kwargs.get("hooks"), RecordingRunHooks)
-
-
-def _recorded(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _placed(kwargs: dict[str, Any]) -> tuple[AbstractContextManager[None], dict[str, Any]]:
+    """Where a run started now belongs (the leg to run it in) and its arguments: a run
+    outside any recorded leg, or the recorder's own run of a leg (its hooks are recording
+    ones), as it is; an agent-tool run in the leg with recording hooks (its own agent tools
+    mark their runs again); any other run outside the leg."""
     hooks = kwargs.get("hooks")
-    if isinstance(hooks, RecordingRunHooks):
-        return kwargs
-    return {**kwargs, "hooks": RecordingRunHooks(hooks)}
+    if CURRENT_LEG.get() is None or isinstance(hooks, RecordingRunHooks):
+        return contextlib.nullcontext(), kwargs
+    if AGENT_TOOL.get():
+        return entered(CURRENT_LEG.get()), {**kwargs, "hooks": RecordingRunHooks(hooks)}
+    return entered(None), kwargs
 
 
 def install_runner() -> None:

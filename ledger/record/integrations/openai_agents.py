@@ -24,7 +24,7 @@ What is recorded, and from where:
   each call of another kind (shell, apply_patch, computer, custom, hosted MCP approval
   request: :mod:`evidence_ledger.record.integrations.native_calls`);
 - ``tool_policy``: each per-call result of a callable ``needs_approval`` (wrapped);
-- ``decision``: :meth:`Recorder.approve` / :meth:`Recorder.reject`, which then apply it
+- ``decision``: :meth:`Recorder.approve` / :meth:`Recorder.reject`, which apply it too
   (``RunState.approve`` / ``reject`` call no callback);
 - ``execution``: each finished function tool (``on_tool_end`` run hook; with tool output
   guardrails, the first of them), its result converted the way the SDK converts it for the
@@ -52,7 +52,8 @@ group (``writer.atomic()``: one lock, one sync), one group at a time. The guaran
 - :meth:`Recorder.run` returns, and ``stream_events()`` of :meth:`Recorder.run_streamed`
   ends, only after the leg's evidence and its ``run_end`` are durable;
 - :meth:`Recorder.approve` / :meth:`Recorder.reject` append what is still queued, then
-  record the decision durably, then apply it; ``to_state()`` records its ``run_state``
+  have the SDK apply the decision and record it in one group, durable before they return
+  (nothing is recorded if the SDK refuses it); ``to_state()`` records its ``run_state``
   entry durably before returning; so does a session write outside a leg;
   :meth:`Recorder.flush` appends what is queued on demand;
 - what is durable is always a prefix, in order, of the evidence produced: a crash in
@@ -349,17 +350,17 @@ class Recorder:
         reason: str | None = None,
         always: bool = False,
     ) -> None:
-        """Record an ``approve`` decision for ``item``'s call, then apply it to ``state``
-        (``state.approve(item, always_approve=always)``).
+        """Apply an approval of ``item``'s call to ``state``
+        (``state.approve(item, always_approve=always)``) and record the ``approve`` decision.
 
         ``item`` is what the approver was shown: an interruption (from
         ``result.interruptions`` or ``state.get_interruptions()``), or any approval item
         the SDK takes; its arguments are recorded as what was shown. A call the recorder
         did not see being made (a kind of call it does not record, an item built by hand)
         is recorded first, from ``item``. ``always=True`` approves the agent's tool for the
-        rest of the run. Evidence still queued is appended first; the decision is durable
-        before it is applied, and recorded only if the SDK takes it. An item without a call
-        id is passed to the SDK and not recorded.
+        rest of the run. Evidence still queued is appended first; then the SDK applies the
+        decision and, if it takes it, the decision is recorded: in one group, durable before
+        this returns. An item without a call id is passed to the SDK and not recorded.
 
         Raises:
             StorageError: if evidence queued before the decision could not be appended
@@ -380,7 +381,8 @@ class Recorder:
         message: str | None = None,
         always: bool = False,
     ) -> None:
-        """Record a ``reject`` decision for ``item``'s call, then apply it to ``state``.
+        """Apply a rejection of ``item``'s call to ``state`` and record the ``reject``
+        decision, as :meth:`approve` does.
 
         ``message`` is the text the SDK persists as the call's output; ``None`` leaves it
         to the SDK (a run-level ``tool_error_formatter``, else its default, ``"Tool
