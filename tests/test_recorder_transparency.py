@@ -17,6 +17,7 @@ import pydantic
 import pytest
 from agents import (
     Agent,
+    CustomTool,
     GuardrailFunctionOutput,
     OutputGuardrailTripwireTriggered,
     RunHooks,
@@ -149,6 +150,12 @@ def read_secret() -> str:
     return "s3cr3t"
 
 
+@function_tool(needs_approval=True)
+def read_secret_gated() -> str:
+    """Read a secret (gated)."""
+    return "s3cr3t"
+
+
 async def test_an_agent_output_guardrail_that_withholds_a_tool_output(tmp_path: Path):
     @output_guardrail
     def no_secrets(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
@@ -167,6 +174,42 @@ async def test_an_agent_output_guardrail_that_withholds_a_tool_output(tmp_path: 
     assert verify_ledger(Ledger(tmp_path)).violations == []
     blocks = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "guardrail"]
     assert [(b["call_id"], b["guardrail"]) for b in blocks] == [("c-1", "no_secrets")]
+
+
+@function_tool
+def sibling() -> str:
+    """Runs beside a gated tool."""
+    return "sibling output"
+
+
+@pytest.mark.parametrize("restored", [False, True])
+async def test_an_agent_output_guardrail_withholds_every_output_of_the_response(
+    tmp_path: Path, restored: bool
+):
+    @output_guardrail
+    def never(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered=True)
+
+    agent = Agent(name="vault", tools=[sibling, read_secret_gated],
+                  tool_use_behavior={"stop_at_tool_names": ["read_secret_gated"]},
+                  output_guardrails=[never], model=ScriptedModel([ModelStep(output=[
+                      function_call("sibling", {}, call_id="c-1"),
+                      function_call("read_secret_gated", {}, call_id="c-2"),
+                  ])]))
+    session = SQLiteSession("vault", ":memory:")
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "tell me", session=session)).to_state()
+    if restored:
+        state = await RunState.from_json(agent, state.to_json())
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    with pytest.raises(OutputGuardrailTripwireTriggered):
+        await recorder.run(agent, state, session=session)
+    outputs = [i["output"] for i in await session.get_items()
+               if i.get("type") == "function_call_output"]
+    assert outputs == ["Output withheld by an output guardrail."] * 2  # the SDK replaced both
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+    blocks = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "guardrail"]
+    assert sorted(b["call_id"] for b in blocks) == ["c-1", "c-2"]
 
 
 async def test_a_handoff_object_is_followed_to_its_agent(tmp_path: Path):
@@ -516,3 +559,101 @@ async def test_stream_events_read_twice_ends_the_leg_once(tmp_path: Path):
 
     ends = [e.body["status"] for e, _ in Ledger(tmp_path).entries() if e.kind == "run_end"]
     assert ends == ["completed"]
+
+
+# -- outputs the SDK published before a callback after the tool failed --------------------
+
+
+def _boom(_context: Any) -> None:
+    raise ValueError("extractor boom")
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_output_published_before_a_failing_extractor_is_executed(
+    tmp_path: Path, streamed: bool
+):
+    @function_tool(needs_approval=True, custom_data_extractor=_boom)
+    def write_thing(text: str) -> str:
+        """Write (gated); its extractor fails after the SDK published the output."""
+        return f"wrote:{text}"
+
+    agent = Agent(name="writer", tools=[write_thing], model=ScriptedModel([
+        ModelStep(output=[function_call("write_thing", {"text": "x"}, call_id="w-1")]),
+        ModelStep(output=[assistant_message("done")]),
+    ]))
+    session = SQLiteSession("s", ":memory:")
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "go", session=session)).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    with pytest.raises(Exception, match="extractor boom"):
+        if streamed:
+            async for _ in recorder.run_streamed(agent, state, session=session).stream_events():
+                pass
+        else:
+            await recorder.run(agent, state, session=session)
+    retry = await RunState.from_json(agent, state.to_json())
+    done = await Recorder(tmp_path).run(agent, retry, session=session)
+
+    assert done.final_output == "done"
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["w-1"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_native_output_published_before_a_failing_extractor_is_executed(
+    tmp_path: Path,
+):
+    ran: list[str] = []
+
+    def invoke(*_args: Any) -> str:
+        ran.append("native")
+        return "completed"
+
+    native = CustomTool(name="native", description="A custom tool (gated)",
+                        on_invoke_tool=invoke, custom_data_extractor=_boom, needs_approval=True)
+    call = {"type": "custom_tool_call", "name": "native", "call_id": "n-1", "input": "go"}
+    agent = Agent(name="operator", tools=[native], model=ScriptedModel([
+        ModelStep(output=[call]), ModelStep(output=[assistant_message("done")])]))
+    session = SQLiteSession("s", ":memory:")
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "list", session=session)).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    with pytest.raises(Exception, match="extractor boom"):
+        await recorder.run(agent, state, session=session)
+    retry = await RunState.from_json(agent, state.to_json())
+    await Recorder(tmp_path).run(agent, retry, session=session)
+
+    assert ran == ["native"]
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["n-1"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_state_whose_json_was_edited_is_found_by_the_calls_it_holds(tmp_path: Path):
+    class FailingOnce(SQLiteSession):
+        fail = False
+
+        async def add_items(self, items: list[Any]) -> None:
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("session append failed")
+            await super().add_items(items)
+
+    session = FailingOnce("s", ":memory:")
+    agent = _gated_agent()
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "pay", session=session)).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    session.fail = True
+    with pytest.raises(RuntimeError, match="session append failed"):
+        await recorder.run(agent, state, session=session)
+    retry = await RunState.from_json(agent, state.to_json())
+    retry.add_input("and the receipt?")  # its digest is no longer one the ledger holds
+    await Recorder(tmp_path).run(agent, retry, session=session)
+
+    found = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "run_state"]
+    assert [b["event"] for b in found] == [
+        "to_state", "decided", "resume", "ended", "loaded", "resume", "ended"]
+    assert len({b["run_id"] for b in found}) == 1
+    assert found[4]["parent"] == found[3]["state_id"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []

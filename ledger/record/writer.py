@@ -159,6 +159,7 @@ class EvidenceWriter:
         self._calls_by_id: dict[tuple[str, str], list[bytes]] = {}
         self._ingested: set[bytes] = set()
         self._states: dict[bytes | tuple[Any, ...], tuple[str, str]] = {}
+        self._latest_state: dict[str, str] = {}  # run_id -> its latest state made
 
     # -- indexes -------------------------------------------------------------------
 
@@ -173,6 +174,7 @@ class EvidenceWriter:
             self._ingested.add(body["file_sha256"])
         elif entry.kind == "run_state" and body["event"] in _MADE:
             found = (body["run_id"], body["state_id"])
+            self._latest_state[body["run_id"]] = body["state_id"]
             if body["digest"] is not None:
                 self._states[body["digest"]] = found
             if body["interruptions"]:
@@ -214,20 +216,36 @@ class EvidenceWriter:
             return [scope for _, scope, _ in keys]
 
     def find_state(
-        self, digest: bytes | None, interruptions: Sequence[Interruption]
+        self, digest: bytes | None, interruptions: Sequence[Interruption],
+        calls: Sequence[tuple[str, str]] = (),
     ) -> tuple[str, str] | None:
         """``(run_id, state_id)`` of the latest run state recorded as made or changed
         (``to_state``, ``decided``, ``adopted``, ``ended``; ``to_json`` of older recorders)
-        with this 32-byte
-        ``digest``; else, when ``interruptions`` is not empty, of the latest one with the
-        same pending approvals (call id, agent, tool and arguments digest of each, in
-        order); else None. Catches up with entries other writers appended (takes the
-        writer lock)."""
+        with this 32-byte ``digest``; else, when ``interruptions`` is not empty, of the
+        latest one with the same pending approvals (call id, agent, tool and arguments
+        digest of each, in order); else, when ``calls`` (``(call_id, arguments)`` of the
+        calls a state holds) is not empty and exactly one run recorded every one of them at
+        top-level scope with the digest of those arguments, of that run's latest state; else
+        None. Catches up with entries other writers appended (takes the writer lock; the
+        last step reads every recorded call)."""
         with self.atomic():
             found = self._states.get(digest) if digest is not None else None
             if found is None and interruptions:
                 found = self._states.get(_pending_key(_pending_fields(interruptions)))
+            if found is None and calls:
+                found = self._state_of_calls(calls)
             return found
+
+    def _state_of_calls(self, calls: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+        wanted = {(call_id, digests.arguments_digest(arguments).digest)
+                  for call_id, arguments in calls}
+        held: dict[str, int] = {}
+        for (run_id, scope, call_id), (_, args_digest) in self._call_agents.items():
+            if not scope and (call_id, args_digest) in wanted:
+                held[run_id] = held.get(run_id, 0) + 1
+        runs = [run_id for run_id, count in held.items()
+                if count == len(wanted) and run_id in self._latest_state]
+        return (runs[0], self._latest_state[runs[0]]) if len(runs) == 1 else None
 
     def already_ingested(self, file_sha256: bytes) -> bool:
         """True when an ``ingest`` entry names a file with this 32-byte SHA-256."""

@@ -56,7 +56,7 @@ from evidence_ledger.record.writer import EvidenceWriter, Scope
 
 __all__ = [
     "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "RecordingRunHooks", "attach",
-    "pending_handoffs", "persisted_output",
+    "pending_handoffs", "pending_response_calls", "persisted_output",
 ]
 
 _MARK = "_evidence_ledger_attached"
@@ -246,9 +246,10 @@ def _wrap_guardrail(
 
 def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
     """Make an agent output guardrail (in place, once) record a block when it trips on a
-    final output that a function tool returned (a tool that ends the agent's turn): the
-    SDK then persists a placeholder (``"Output withheld by an output guardrail."``, or the
-    agent's own text) as that call's output, so the block's message is not known."""
+    final output that a function tool returned (a tool that ends the agent's turn), for
+    that call and every other function call of the agent's latest response: the SDK then
+    persists a placeholder (``"Output withheld by an output guardrail."``, or the app's
+    own text) as the output of each, so the block's message is not known."""
     if not _claim(guardrail):
         return
     name, check = guardrail.get_name(), guardrail.guardrail_function
@@ -262,7 +263,10 @@ def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
         if frame is not None and verdict.tripwire_triggered:
             last = frame.last_results.get((frame.scope, agent.name))
             if last is not None and _same(last[2], agent_output):
-                _record_block(last[0], agent.name, last[1], name)
+                withheld = frame.response_calls.get((frame.scope, agent.name), [])
+                for call_id, tool in [(last[0], last[1]),
+                                      *(call for call in withheld if call[0] != last[0])]:
+                    _record_block(call_id, agent.name, tool, name)
         return verdict
 
     guardrail.guardrail_function = recorded
@@ -296,6 +300,8 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
             (_field(item, "call_id"), _field(item, "name"), _field(item, "arguments"))
             for item in calls if _field(item, "name") in names
         ]
+    frame.response_calls[frame.scope, agent.name] = [
+        (_field(item, "call_id"), _field(item, "name")) for item in calls]
     tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool)}
     others = {getattr(t, "name", None) for t in agent.tools if not isinstance(t, FunctionTool)}
     clock = frame.journal.writer.clock
@@ -360,21 +366,41 @@ def _hosted_mcp_call(frame: Leg, agent: Agent[Any], item: Any, response_id: Any,
     return write
 
 
+def _record_start(context: Any, agent: Agent[Any], tool: Tool) -> None:
+    """``on_tool_start``: note the call the SDK is about to run (:attr:`Leg.started`); a
+    tool of another kind takes its call from the agent's pending calls
+    (:func:`take_started`)."""
+    frame = current_leg()
+    if isinstance(tool, FunctionTool):
+        if isinstance(context, ToolContext):
+            frame.started[frame.scope, context.tool_call_id] = (
+                agent.name, context.tool_name, context.tool_arguments)
+        return
+    started = take_started(frame.native_calls, frame.scope, agent, tool, context)
+    if started is not None:  # a shell, apply_patch, computer or custom tool call
+        frame.started[frame.scope, started[0]] = (agent.name, tool.name, started[1])
+        frame.running.setdefault((frame.scope, agent.name, tool.name), []).append(started[0])
+
+
 def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
     """``on_tool_end``: record the execution of a function tool, unless an output guardrail
-    already did, or of a tool of another kind."""
+    already did, or of a tool of another kind (its oldest call started and not ended)."""
     if isinstance(tool, FunctionTool):
         if isinstance(context, ToolContext):
             _record_ran(context, agent, result, tool)
         return
     frame = current_leg()
-    started = take_started(frame.native_calls, frame.scope, agent, tool, context)
-    if started is not None:  # a shell, apply_patch, computer or custom tool call
-        frame.record(methodcaller(
-            "execution", run_id=frame.run_id, call_id=started[0], arguments=started[1],
-            scope=frame.scope, agent=agent.name, tool=tool.name, result=payload_text(result),
-            run_state=frame.run_state, time_ns=frame.journal.writer.clock(),
-        ))
+    running = frame.running.get((frame.scope, agent.name, tool.name))
+    if not running:
+        return
+    call_id = running.pop(0)
+    _, _, arguments = frame.started[frame.scope, call_id]
+    now = frame.executed[frame.scope, call_id] = frame.journal.writer.clock()
+    frame.record(methodcaller(
+        "execution", run_id=frame.run_id, call_id=call_id, arguments=arguments,
+        scope=frame.scope, agent=agent.name, tool=tool.name, result=payload_text(result),
+        run_state=frame.run_state, time_ns=now,
+    ))
 
 
 def _record_ran(
@@ -426,6 +452,19 @@ def _record_handoff(source: Agent[Any], target: Agent[Any]) -> None:
                       IGNORED_HANDOFF_MESSAGE)
 
 
+def pending_response_calls(state: Any) -> dict[tuple[Scope, str], list[tuple[str, str]]]:
+    """The function calls of the response a paused ``RunState``'s current agent made before
+    pausing, as :attr:`Leg.response_calls` holds them (read from the SDK's
+    ``_last_processed_response``, restored by ``RunState.from_json`` too); empty when
+    there are none."""
+    agent = getattr(state, "_current_agent", None)
+    response = getattr(state, "_last_processed_response", None)
+    calls = [run.tool_call for run in getattr(response, "functions", None) or ()]
+    if agent is None or not calls:
+        return {}
+    return {((), agent.name): [(_field(call, "call_id"), _field(call, "name")) for call in calls]}
+
+
 def pending_handoffs(state: Any) -> dict[tuple[Scope, str], list[tuple[str, str, str]]]:
     """The handoff calls a paused ``RunState`` will run or ignore when resumed, as
     :attr:`Leg.handoff_calls` holds them: the handoff calls of the response its current
@@ -471,7 +510,8 @@ class RecordingRunHooks(RunHooks[Any]):
             a["from_agent"], a["to_agent"]))
 
     async def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
-        await self._forward("on_tool_start", args, kwargs)
+        await self._forward("on_tool_start", args, kwargs, record=lambda a: _record_start(
+            a["context"], a["agent"], a["tool"]))
 
     async def on_tool_end(self, *args: Any, **kwargs: Any) -> None:
         await self._forward("on_tool_end", args, kwargs, record=lambda a: _record_execution(
@@ -487,6 +527,6 @@ class RecordingRunHooks(RunHooks[Any]):
 
 _BASE_SIGNATURES = {
     name: inspect.signature(getattr(RunHooks, name))
-    for name in ("on_handoff", "on_tool_end", "on_llm_end")
+    for name in ("on_handoff", "on_tool_start", "on_tool_end", "on_llm_end")
 }
 """How the SDK's run hooks name their arguments (read from ``RunHooks`` itself)."""

@@ -37,9 +37,29 @@ class Leg:
     ``handoff_calls``)."""
 
     executed: dict[tuple[Scope, str], int] = field(default_factory=dict, compare=False)
-    """``(scope, call_id)`` of each function tool call whose execution this leg recorded,
-    with the execution's time (ns): recorded once, by the first of a tool output guardrail
-    or ``on_tool_end`` to see it (shared like ``handoff_calls``)."""
+    """``(scope, call_id)`` of each tool call whose execution this leg recorded, with the
+    execution's time (ns): a function tool's is recorded once, by the first of a tool
+    output guardrail or ``on_tool_end`` to see it (shared like ``handoff_calls``)."""
+
+    started: dict[tuple[Scope, str], tuple[str, str, str]] = field(
+        default_factory=dict, compare=False)
+    """``(scope, call_id)`` -> ``(agent name, tool name, arguments)`` of each call whose tool
+    the SDK started in this leg (``on_tool_start``): one whose execution was not recorded
+    when the leg ends is looked for among the outputs the SDK published (see
+    :mod:`~evidence_ledger.record.integrations.published`; shared like
+    ``handoff_calls``)."""
+
+    running: dict[tuple[Scope, str, str], list[str]] = field(default_factory=dict,
+                                                             compare=False)
+    """Per ``(scope, agent name, tool name)`` of a tool of another kind than function: the
+    call ids it started and has not ended, oldest first (its ``on_tool_end`` does not name
+    the call; shared like ``handoff_calls``)."""
+
+    response_calls: dict[tuple[Scope, str], list[tuple[str, str]]] = field(
+        default_factory=dict, compare=False)
+    """Per ``(scope, agent name)``: ``(call_id, tool name)`` of the function calls of the
+    agent's latest model response (the SDK withholds the outputs of all of them when an
+    agent output guardrail trips on a tool's output; shared like ``handoff_calls``)."""
 
     last_results: dict[tuple[Scope, str], tuple[str, str, Any]] = field(
         default_factory=dict, compare=False)

@@ -4,12 +4,13 @@ tool calls run locally, hosted MCP calls run by the provider.
 A model response's items of these kinds are recorded as calls, like ``function_call`` items
 (:func:`native_call` says how each kind is keyed). Their executions:
 
-- a local tool (shell, local shell, apply_patch, computer, custom) fires ``on_tool_end``
-  with the tool object and its output. A custom tool's context names its call; the others
-  get a plain run context, so the call is the first one of the agent's latest response for
-  that tool (the SDK runs a kind's calls one after the other, in response order) that the
-  SDK would run: not rejected, and approved when the tool always needs approval
-  (:func:`take_started`);
+- a local tool (shell, local shell, apply_patch, computer, custom) fires ``on_tool_start``
+  with the tool object, then ``on_tool_end`` with its output. A custom tool's context names
+  its call; the others get a plain run context, so the call started is the first one of
+  the agent's latest response for that tool (the SDK runs a kind's calls one after the
+  other, in response order) that the SDK would run: not rejected, and approved when the
+  tool always needs approval (:func:`take_started`); the call that ends is the oldest one
+  started;
 - a hosted MCP call the provider ran after an approval request (``mcp_call`` naming its
   ``approval_request_id``) is the execution of that request's call, its output the result;
   one that needed no approval is recorded as its call and its execution.
@@ -115,7 +116,7 @@ def pending_native_calls(state: Any) -> Pending:
 def take_started(
     pending: Pending, scope: Scope, agent: Any, tool: Any, context: Any
 ) -> tuple[str, str] | None:
-    """The ``(call_id, arguments)`` of the call ``tool`` just ran for ``agent`` (see the
+    """The ``(call_id, arguments)`` of the call ``tool`` starts for ``agent`` (see the
     module docstring), removed from ``pending``; None if there is none."""
     calls = pending.get((scope, agent.name, tool.name))
     if not calls:

@@ -126,10 +126,12 @@ from evidence_ledger.record.integrations.hooks import (
     RecordingRunHooks,
     attach,
     pending_handoffs,
+    pending_response_calls,
 )
 from evidence_ledger.record.integrations.legs import Leg, entered
 from evidence_ledger.record.integrations.native_calls import pending_native_calls
 from evidence_ledger.record.integrations.nested_runs import install_runner
+from evidence_ledger.record.integrations.published import unreported_executions
 from evidence_ledger.record.integrations.recorded_session import is_recorded, recorded_session
 from evidence_ledger.record.integrations.run_states import (
     StateInfo,
@@ -280,8 +282,11 @@ class Recorder:
         )
         info = state_info(frame.resumed) if frame.resumed is not None else None
         ended = state_entry(frame.resumed, info, "ended") if info is not None else None
+        unreported = unreported_executions(frame)
 
         def end(writer: EvidenceWriter) -> None:
+            for execution in unreported:  # published, though on_tool_end never came
+                execution(writer)
             if ended is not None:  # the SDK updates the state it resumes: found by it later
                 ended(writer)
             run_end(writer)
@@ -309,7 +314,8 @@ class Recorder:
             info = self._adopt(input, since)
             return Leg(self._journal, since, info.run_id, run_state=info.state_id,
                        resumed=input, handoff_calls=pending_handoffs(input),
-                       native_calls=pending_native_calls(input))
+                       native_calls=pending_native_calls(input),
+                       response_calls=pending_response_calls(input))
         return Leg(self._journal, since, uuid.uuid4().hex)
 
     # -- run states --------------------------------------------------------------------

@@ -33,7 +33,10 @@ restores a dataclass context as a mapping without a deserializer, so that part m
 after a round trip); everything else ``from_json`` restores identically (measured on
 0.20 - 0.24). A state restored in another process is matched by that digest, else (a
 decision applied before it was serialised changed it) by its pending approvals; the latest
-matching entry wins. Decisions carry the id of the state they were made on; executions and
+matching entry wins. A state matching neither (its JSON was edited, or input was added
+after it was restored) is matched by the calls among its items, when exactly one run
+recorded them all with the same arguments: its parent is then that run's latest state.
+Decisions carry the id of the state they were made on; executions and
 ``run_end`` entries the id of the state their leg resumed from (None for a fresh leg).
 """
 
@@ -48,6 +51,7 @@ from typing import Any
 from agents import RunState
 
 from evidence_ledger.record.integrations.group_commit import Journal, Write
+from evidence_ledger.record.integrations.native_calls import item_field, native_call
 from evidence_ledger.record.writer import EvidenceWriter, Interruption, item_sha256
 
 __all__ = ["StateInfo", "pending_approvals", "state_digest", "state_id", "state_info"]
@@ -136,7 +140,25 @@ def pending_approvals(state: RunState[Any, Any]) -> list[Interruption]:
     return pending
 
 
-Find = Callable[[bytes | None, list[Interruption]], "tuple[str, str] | None"]
+def held_calls(state: RunState[Any, Any]) -> list[tuple[str, str]]:
+    """``(call_id, arguments)`` of each call among the items ``state`` generated (function
+    calls and the kinds of :func:`native_call`; none if the SDK cannot say)."""
+    calls = []
+    for item in getattr(state, "_generated_items", None) or ():
+        raw = getattr(item, "raw_item", None)
+        if item_field(raw, "type") == "function_call":
+            call_id, arguments = item_field(raw, "call_id"), item_field(raw, "arguments")
+            if isinstance(call_id, str) and isinstance(arguments, str):
+                calls.append((call_id, arguments))
+            continue
+        native = native_call(getattr(item, "agent", None), raw)
+        if native is not None:
+            calls.append((native[0], native[2]))
+    return calls
+
+
+Find = Callable[[bytes | None, list[Interruption], list[tuple[str, str]]],
+                "tuple[str, str] | None"]
 """:meth:`EvidenceWriter.find_state` of a writer that holds every entry recorded so far."""
 
 
@@ -156,11 +178,11 @@ def meet_state(
             info = replace(info, journal=journal)
             register_state(state, info)
         return info, None
-    digest, pending = state_digest(state), pending_approvals(state)
+    digest, pending, calls = state_digest(state), pending_approvals(state), held_calls(state)
     if find is None:
-        found = journal.read(lambda writer: writer.find_state(digest, pending))
+        found = journal.read(lambda writer: writer.find_state(digest, pending, calls))
     else:
-        found = find(digest, pending)
+        found = find(digest, pending, calls)
     if found is not None:
         info = StateInfo(journal, uuid.uuid4().hex, found[1], found[0])
         register_state(state, info)
