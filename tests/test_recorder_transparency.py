@@ -7,6 +7,7 @@ and compares what the app can observe.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -656,4 +657,117 @@ async def test_a_state_whose_json_was_edited_is_found_by_the_calls_it_holds(tmp_
         "to_state", "decided", "resume", "ended", "loaded", "resume", "ended"]
     assert len({b["run_id"] for b in found}) == 1
     assert found[4]["parent"] == found[3]["state_id"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_native_callback_that_outlives_its_failed_leg_records_one_execution(
+    tmp_path: Path,
+):
+    extracting, release, settled = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def extract(_context: Any) -> None:
+        extracting.set()
+        try:
+            while not release.is_set():
+                with contextlib.suppress(asyncio.CancelledError):  # outlives the failed leg
+                    await release.wait()
+        finally:
+            settled.set()
+
+    native = CustomTool(name="native", description="A custom tool (gated)",
+                        on_invoke_tool=lambda *_: "completed", custom_data_extractor=extract,
+                        needs_approval=True)
+
+    @function_tool(failure_error_function=None, needs_approval=True)
+    async def fail() -> str:
+        """Fails once the native tool's extractor runs."""
+        await extracting.wait()
+        raise ValueError("sibling failure")
+
+    agent = Agent(name="operator", tools=[native, fail], model=ScriptedModel([ModelStep(output=[
+        {"type": "custom_tool_call", "name": "native", "call_id": "n-1", "input": "go"},
+        function_call("fail", {}, call_id="f-1"),
+    ])]))
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "go")).to_state()
+    for item in state.get_interruptions():
+        recorder.approve(state, item, approver="ann")
+    with pytest.raises(Exception, match="sibling failure"):
+        await recorder.run(agent, state)
+    release.set()
+    await asyncio.wait_for(settled.wait(), 2)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    recorder.flush()
+
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["n-1"]
+
+
+# -- agents that share a name ---------------------------------------------------------------
+
+
+def _twins(executed: list[str]) -> tuple[Agent[Any], Agent[Any]]:
+    """Two agents named alike, each with its own gated tool ``operate``, handing off to each
+    other (the SDK keeps a sticky decision per agent, not per name)."""
+    @function_tool(name_override="operate", needs_approval=True)
+    def first_operation() -> str:
+        """Operate (first)."""
+        executed.append("first")
+        return "first"
+
+    @function_tool(name_override="operate", needs_approval=True)
+    def second_operation() -> str:
+        """Operate (second)."""
+        executed.append("second")
+        return "second"
+
+    first = Agent(name="twin", tools=[first_operation], model=ScriptedModel([
+        ModelStep(output=[function_call("operate", {}, call_id="first-1")]),
+        ModelStep(output=[function_call("to_second", {}, call_id="handoff-1")]),
+        ModelStep(output=[function_call("operate", {}, call_id="first-2")]),
+        ModelStep(output=[assistant_message("done")]),
+    ]))
+    second = Agent(name="twin", tools=[second_operation], model=ScriptedModel([
+        ModelStep(output=[function_call("operate", {}, call_id="second-1")]),
+        ModelStep(output=[function_call("operate", {}, call_id="second-2")]),
+        ModelStep(output=[function_call("to_first", {}, call_id="handoff-2")]),
+    ]))
+    first.handoffs = [handoff(second, tool_name_override="to_second")]
+    second.handoffs = [handoff(first, tool_name_override="to_first")]
+    return first, second
+
+
+@pytest.mark.parametrize("serialized", [False, True])
+async def test_sticky_decisions_of_two_agents_sharing_a_name_stay_apart(
+    tmp_path: Path, serialized: bool
+):
+    executed: list[str] = []
+    first, second = _twins(executed)
+    recorder = Recorder(tmp_path)
+
+    async def roundtrip(state: RunState[Any, Any]) -> RunState[Any, Any]:
+        nonlocal first, second
+        if not serialized:
+            return state
+        text = state.to_string()
+        first, second = first.clone(), second.clone()  # the same graph, rebuilt
+        first.handoffs = [handoff(second, tool_name_override="to_second")]
+        second.handoffs = [handoff(first, tool_name_override="to_first")]
+        return await RunState.from_string(first, text)
+
+    result = await recorder.run(first, "start")
+    state = await roundtrip(result.to_state())
+    recorder.approve(state, state.get_interruptions()[0], approver="ann", always=True)
+    result = await recorder.run(first, state)
+    assert result.interruptions[0].agent is second  # the SDK asks again for the other twin
+    state = await roundtrip(result.to_state())
+    recorder.reject(state, state.get_interruptions()[0], approver="ann", always=True)
+    result = await recorder.run(first, state)
+
+    assert result.final_output == "done" and executed == ["first", "first"]
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    agents = {b["call_id"]: b["agent"] for k, b in found if k == "call"}
+    assert agents["first-1"] == agents["first-2"] == "twin"
+    assert agents["second-1"] == agents["second-2"] == "twin#2"
     assert verify_ledger(Ledger(tmp_path)).violations == []

@@ -45,6 +45,7 @@ from agents.tool_guardrails import (
 )
 from openai.types.responses import ResponseFunctionToolCall
 
+from evidence_ledger.record.integrations.agent_labels import agent_label, reachable_agents
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg, entered
 from evidence_ledger.record.integrations.native_calls import item_field as _field
 from evidence_ledger.record.integrations.native_calls import (
@@ -107,12 +108,7 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
     first one in its ``tool_policy`` entries), and nothing outside a recorded leg.
     Returns ``agent``.
     """
-    todo, seen = [agent], set()
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in reachable_agents(agent):
         for guardrail in current.output_guardrails or ():  # also ones added later
             _wrap_output_guardrail(guardrail)
         for tool in current.tools:
@@ -123,21 +119,7 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
                     _wrap_guardrail(before, after_run=False)
                 for after in tool.tool_output_guardrails or ():
                     _wrap_guardrail(after, after_run=True)
-            nested = getattr(tool, "_agent_instance", None)
-            if isinstance(nested, Agent):
-                todo.append(nested)
-        todo.extend(_handoff_target(h) for h in current.handoffs)
-        todo = [a for a in todo if isinstance(a, Agent)]
     return agent
-
-
-def _handoff_target(item: Any) -> Any:
-    """The agent a handoff leads to: an ``Agent`` listed bare, or the one a ``handoff(agent)``
-    object was made for (the SDK keeps a weak reference to it; None for a custom one)."""
-    if isinstance(item, Handoff):
-        ref = getattr(item, "_agent_ref", None)
-        return ref() if callable(ref) else None
-    return item
 
 
 def _claim(obj: object) -> bool:
@@ -180,7 +162,7 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             if frame is None:  # the tool also serves an agent run without the recorder
                 return decided
             frame.record(methodcaller(
-                "tool_policy", run_id=frame.run_id, agent=agent.name,
+                "tool_policy", run_id=frame.run_id, agent=agent_label(agent),
                 tool=tool.name, needs_approval=bool(decided), scope=frame.scope,
                 policy="callable", call_id=call_id, time_ns=frame.journal.writer.clock(),
             ))
@@ -237,8 +219,9 @@ def _wrap_guardrail(
         if after_run:  # the execution first, then its block at its time: the rules
             ran = _record_ran(data.context, data.agent, data.output)  # tell them by it
         if blocked:
-            _record_block(data.context.tool_call_id, data.agent.name, data.context.tool_name,
-                          name, verdict.behavior.get("message"), ran if after_run else None)
+            _record_block(data.context.tool_call_id, agent_label(data.agent),
+                          data.context.tool_name, name, verdict.behavior.get("message"),
+                          ran if after_run else None)
         return verdict
 
     guardrail.guardrail_function = recorded
@@ -266,7 +249,7 @@ def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
                 withheld = frame.response_calls.get((frame.scope, agent.name), [])
                 for call_id, tool in [(last[0], last[1]),
                                       *(call for call in withheld if call[0] != last[0])]:
-                    _record_block(call_id, agent.name, tool, name)
+                    _record_block(call_id, agent_label(agent), tool, name)
         return verdict
 
     guardrail.guardrail_function = recorded
@@ -314,7 +297,8 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
         policy = getattr(tools.get(name), "needs_approval", None)
         found.append(methodcaller(
             "call", run_id=frame.run_id, call_id=_field(item, "call_id"),
-            agent=agent.name, tool=name, arguments=_field(item, "arguments"), scope=frame.scope,
+            agent=agent_label(agent), tool=name, arguments=_field(item, "arguments"),
+            scope=frame.scope,
             needs_approval=policy if isinstance(policy, bool) else None,
             response_id=response.response_id, time_ns=clock(),
         ))
@@ -323,7 +307,7 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
         if native is not None:
             call_id, tool, arguments, policy = native
             found.append(methodcaller(
-                "call", run_id=frame.run_id, call_id=call_id, agent=agent.name, tool=tool,
+                "call", run_id=frame.run_id, call_id=call_id, agent=agent_label(agent), tool=tool,
                 arguments=arguments, scope=frame.scope, needs_approval=policy,
                 response_id=response.response_id, time_ns=clock(),
             ))
@@ -353,13 +337,13 @@ def _hosted_mcp_call(frame: Leg, agent: Agent[Any], item: Any, response_id: Any,
 
     def write(writer: EvidenceWriter) -> None:
         if not isinstance(request, str):
-            writer.call(run_id=frame.run_id, call_id=call_id, agent=agent.name, tool=name,
+            writer.call(run_id=frame.run_id, call_id=call_id, agent=agent_label(agent), tool=name,
                         arguments=arguments, scope=frame.scope, needs_approval=False,
                         response_id=response_id, time_ns=time_ns)
         elif writer.find_call(frame.run_id, frame.scope, call_id) is None:
             return  # a request this run never recorded
         writer.execution(run_id=frame.run_id, call_id=call_id, arguments=arguments,
-                         scope=frame.scope, agent=agent.name, tool=name,
+                         scope=frame.scope, agent=agent_label(agent), tool=name,
                          result=payload_text(output),
                          run_state=frame.run_state, time_ns=time_ns)
 
@@ -374,11 +358,11 @@ def _record_start(context: Any, agent: Agent[Any], tool: Tool) -> None:
     if isinstance(tool, FunctionTool):
         if isinstance(context, ToolContext):
             frame.started[frame.scope, context.tool_call_id] = (
-                agent.name, context.tool_name, context.tool_arguments)
+                agent_label(agent), context.tool_name, context.tool_arguments)
         return
     started = take_started(frame.native_calls, frame.scope, agent, tool, context)
     if started is not None:  # a shell, apply_patch, computer or custom tool call
-        frame.started[frame.scope, started[0]] = (agent.name, tool.name, started[1])
+        frame.started[frame.scope, started[0]] = (agent_label(agent), tool.name, started[1])
         frame.running.setdefault((frame.scope, agent.name, tool.name), []).append(started[0])
 
 
@@ -394,11 +378,13 @@ def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) 
     if not running:
         return
     call_id = running.pop(0)
+    if (frame.scope, call_id) in frame.executed:  # recorded as published when its leg ended
+        return
     _, _, arguments = frame.started[frame.scope, call_id]
     now = frame.executed[frame.scope, call_id] = frame.journal.writer.clock()
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=call_id, arguments=arguments,
-        scope=frame.scope, agent=agent.name, tool=tool.name, result=payload_text(result),
+        scope=frame.scope, agent=agent_label(agent), tool=tool.name, result=payload_text(result),
         run_state=frame.run_state, time_ns=now,
     ))
 
@@ -422,7 +408,7 @@ def _record_ran(
                                                    result)
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=context.tool_call_id,
-        arguments=context.tool_arguments, scope=frame.scope, agent=agent.name,
+        arguments=context.tool_arguments, scope=frame.scope, agent=agent_label(agent),
         tool=context.tool_name, result=persisted_output(context, tool, result),
         run_state=frame.run_state, time_ns=now,
     ))
@@ -443,12 +429,12 @@ def _record_handoff(source: Agent[Any], target: Agent[Any]) -> None:
     (call_id, tool, arguments), ignored = pending[0], pending[1:]
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=call_id, arguments=arguments,
-        scope=frame.scope, agent=source.name, tool=tool,
+        scope=frame.scope, agent=agent_label(source), tool=tool,
         result=ran.get_transfer_message(target), run_state=frame.run_state,
         time_ns=frame.journal.writer.clock(),
     ))
     for ignored_id, ignored_tool, _ in ignored:
-        _record_block(ignored_id, source.name, ignored_tool, IGNORED_HANDOFF,
+        _record_block(ignored_id, agent_label(source), ignored_tool, IGNORED_HANDOFF,
                       IGNORED_HANDOFF_MESSAGE)
 
 

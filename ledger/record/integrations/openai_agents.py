@@ -121,6 +121,7 @@ from agents.run import get_default_agent_runner
 from agents.stream_events import StreamEvent
 
 from evidence_ledger.format.errors import UsageError
+from evidence_ledger.record.integrations.agent_labels import agent_label, label_agents
 from evidence_ledger.record.integrations.group_commit import Journal
 from evidence_ledger.record.integrations.hooks import (
     RecordingRunHooks,
@@ -299,6 +300,7 @@ class Recorder:
 
     def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> Leg:
         attach(agent)
+        label_agents(agent)
         install_runner()
         hooks = kwargs.get("hooks")
         if hooks is None or isinstance(hooks, RunHooksBase):  # else the SDK refuses them
@@ -412,6 +414,10 @@ class Recorder:
         decision: by its pending approvals), the call if it was not recorded, the decision,
         and the state's new digest (``decided``, so that its JSON is found when
         restored). The group is durable before this returns."""
+        starting = getattr(state, "_starting_agent", None)
+        if isinstance(starting, Agent):  # a restored graph: labelled as its runs are
+            label_agents(starting)
+
         def decided(writer: EvidenceWriter) -> None:
             apply(item)  # first: the SDK judges the very item the app gave, read by us after
             info, first = meet_state(self._journal, state, writer.find_state)
@@ -459,5 +465,6 @@ def _call_scope(
 
 
 def _agent_name(item: ToolApprovalItem) -> str | None:
-    """The name of the agent whose tool call ``item`` is."""
-    return getattr(getattr(item, "agent", None), "name", None)
+    """The label of the agent whose tool call ``item`` is (:func:`agent_label`)."""
+    agent = getattr(item, "agent", None)
+    return agent_label(agent) if agent is not None else None
