@@ -92,10 +92,14 @@ the wrapped functions' names and record nothing outside a recorded leg.
 Limits: a session write outside a recorded run is recorded with ``run_id=""``; a streamed run
 whose events are left before their end (and whose run did not finish) is recorded as ``failed``,
 one whose ``stream_events()`` is never called gets no ``run_end``, and one stopped with
-``result.cancel()`` is recorded as ``completed``; a function tool's execution is recorded at
-``on_tool_end`` (or by its output guardrails), so a tool whose later callback fails
-(``custom_data_extractor``) ran without evidence; two agents with one name share their sticky
-decisions in the rules; a handoff is recorded as its call and an execution whose result is the
+``result.cancel()`` is recorded as ``completed``; a tool's execution is recorded at
+``on_tool_end`` (or by its output guardrails), or, when a callback after it fails
+(``custom_data_extractor``, an ``on_tool_end`` hook), from the output the SDK committed when
+the leg ends (:mod:`evidence_ledger.record.integrations.published`: only for the top-level
+agent of a leg that resumed a state; a fresh leg's or a nested agent's such call stays
+without evidence); two agents with one name in one graph are recorded as ``name``,
+``name#2``, ... (:mod:`evidence_ledger.record.integrations.agent_labels`); a handoff is
+recorded as its call and an execution whose result is the
 transfer message the SDK persists (also when the SDK runs it in a leg resumed from a
 ``RunState``); the run states of agents run through ``Agent.as_tool`` are the SDK's own and not
 recorded (their calls are, under the top-level run's state); tool guardrails given to an MCP
