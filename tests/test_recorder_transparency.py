@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import inspect
 import logging
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from agents import (
     Agent,
     CustomTool,
     GuardrailFunctionOutput,
+    HostedMCPTool,
     OutputGuardrailTripwireTriggered,
     RunHooks,
     Runner,
@@ -31,6 +33,7 @@ from agents import (
     output_guardrail,
 )
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from openai.types.responses.response_output_item import McpApprovalRequest, McpCall
 
 from evidence_ledger import Recorder
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -770,4 +773,92 @@ async def test_sticky_decisions_of_two_agents_sharing_a_name_stay_apart(
     agents = {b["call_id"]: b["agent"] for k, b in found if k == "call"}
     assert agents["first-1"] == agents["first-2"] == "twin"
     assert agents["second-1"] == agents["second-2"] == "twin#2"
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_callable_approval_policy_keeps_its_kind(tmp_path: Path, kind: str):
+    def sync_policy(context: Any, params: Any, call_id: str) -> bool:
+        return params.get("amount", 0) > 10
+
+    async def async_policy(context: Any, params: Any, call_id: str) -> bool:
+        return sync_policy(context, params, call_id)
+
+    policy = sync_policy if kind == "sync" else async_policy
+
+    @function_tool(needs_approval=policy)
+    def pay_some(amount: int) -> str:
+        """Pay (gated above 10)."""
+        return f"paid {amount}"
+
+    agent = Agent(name="payer", tools=[pay_some], model=ScriptedModel([
+        ModelStep(output=[function_call("pay_some", {"amount": 3}, call_id="c-1")]),
+        ModelStep(output=[assistant_message("paid")]),
+    ]))
+    assert (await Recorder(tmp_path).run(agent, "pay")).final_output == "paid"
+    wrapped = pay_some.needs_approval
+    assert callable(wrapped) and wrapped is not policy and wrapped.__name__ == policy.__name__
+    assert inspect.iscoroutinefunction(wrapped) == (kind == "async")
+    decided = wrapped(None, {"amount": 20}, "c-2")
+    assert (await decided if kind == "async" else decided) is True
+    policies = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "tool_policy"]
+    assert [(b["call_id"], b["needs_approval"]) for b in policies] == [("c-1", False)]
+
+
+# -- decisions made by the app's approval callbacks ----------------------------------------
+
+
+def decide_by_command(_context: Any, item: Any) -> dict[str, Any]:
+    """Approve listing, reject anything else."""
+    command = item.raw_item.action.commands[0]
+    return {"approve": True} if command == "ls" else {"approve": False, "reason": "not that"}
+
+
+async def test_an_on_approval_callbacks_decisions_are_recorded_with_its_name(tmp_path: Path):
+    ran: list[str] = []
+
+    def execute(request: Any) -> str:
+        ran.append(request.data.action.commands[0])
+        return f"ran {request.data.action.commands[0]}"
+
+    agent = Agent(name="operator", tools=[ShellTool(
+        executor=execute, needs_approval=True, on_approval=decide_by_command)],
+        model=ScriptedModel([
+            ModelStep(output=[_shell_call("s-1", "ls"), _shell_call("s-2", "rm -rf /")]),
+            ModelStep(output=[assistant_message("done")]),
+        ]))
+    result = await Recorder(tmp_path).run(agent, "tidy up")
+
+    assert result.final_output == "done" and ran == ["ls"]
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    decisions = [(b["call_id"], b["decision"], b["approver"], b["message_digest"] is not None)
+                 for k, b in found if k == "decision"]
+    assert decisions == [("s-1", "approve", "callback:decide_by_command", False),
+                         ("s-2", "reject", "callback:decide_by_command", True)]
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+def approve_lookups(request: Any) -> dict[str, Any]:
+    """Approve every hosted MCP request."""
+    return {"approve": True}
+
+
+async def test_a_hosted_mcp_callbacks_approval_is_recorded_and_its_call_executed(
+    tmp_path: Path,
+):
+    tool = HostedMCPTool(tool_config={
+        "type": "mcp", "server_label": "docs", "server_url": "https://example.com",
+        "require_approval": "always"}, on_approval_request=approve_lookups)
+    request = McpApprovalRequest(id="mcpr-1", type="mcp_approval_request", name="lookup",
+                                 server_label="docs", arguments='{"q": "x"}')
+    ran = McpCall(id="mcp-1", type="mcp_call", name="lookup", server_label="docs",
+                  arguments='{"q": "x"}', output="found x", approval_request_id="mcpr-1")
+    agent = Agent(name="reader", tools=[tool], model=ScriptedModel([
+        ModelStep(output=[request]), ModelStep(output=[ran, assistant_message("done")])]))
+    assert (await Recorder(tmp_path).run(agent, "look")).final_output == "done"
+
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    assert [(b["call_id"], b["decision"], b["approver"]) for k, b in found
+            if k == "decision"] == [("mcpr-1", "approve", "callback:approve_lookups")]
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["mcpr-1"]
     assert verify_ledger(Ledger(tmp_path)).violations == []

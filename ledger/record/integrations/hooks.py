@@ -46,6 +46,7 @@ from agents.tool_guardrails import (
 from openai.types.responses import ResponseFunctionToolCall
 
 from evidence_ledger.record.integrations.agent_labels import agent_label, reachable_agents
+from evidence_ledger.record.integrations.approval_callbacks import wrap_approval_callbacks
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg, entered
 from evidence_ledger.record.integrations.native_calls import item_field as _field
 from evidence_ledger.record.integrations.native_calls import (
@@ -53,14 +54,13 @@ from evidence_ledger.record.integrations.native_calls import (
     payload_text,
     take_started,
 )
+from evidence_ledger.record.integrations.wrappers import claim, is_ours, observed, ours
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 
 __all__ = [
     "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "RecordingRunHooks", "attach",
     "pending_handoffs", "pending_response_calls", "persisted_output",
 ]
-
-_MARK = "_evidence_ledger_attached"
 
 IGNORED_HANDOFF = "openai-agents:multiple_handoffs"
 """The ``guardrail`` name of the block recorded for a handoff the SDK ignored: when a
@@ -113,34 +113,20 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
             _wrap_output_guardrail(guardrail)
         for tool in current.tools:
             if isinstance(tool, FunctionTool):
-                if _claim(tool):
+                if claim(tool):
                     _wrap_tool(current, tool)
                 for before in tool.tool_input_guardrails or ():  # also ones added later
                     _wrap_guardrail(before, after_run=False)
                 for after in tool.tool_output_guardrails or ():
                     _wrap_guardrail(after, after_run=True)
+            else:
+                wrap_approval_callbacks(tool)
     return agent
-
-
-def _claim(obj: object) -> bool:
-    """Mark ``obj`` (a tool, a guardrail or one of our wrappers) as attached;
-    False if it already was."""
-    if getattr(obj, _MARK, False):
-        return False
-    setattr(obj, _MARK, True)
-    return True
-
-
-def _wrapper(function: Any) -> Any:
-    """``function``, marked as one of our wrappers (a tool copied or rebuilt with
-    ``dataclasses.replace`` carries them along: they are never wrapped twice)."""
-    _claim(function)
-    return function
 
 
 def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
     invoke = tool.on_invoke_tool
-    if getattr(tool, "_agent_instance", None) is not None and not getattr(invoke, _MARK, False):
+    if getattr(tool, "_agent_instance", None) is not None and not is_ours(invoke):
 
         async def invoke_in_scope(context: ToolContext[Any], arguments: str) -> Any:
             outer = CURRENT_LEG.get()
@@ -150,25 +136,27 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
             with entered(replace(outer, scope=(*outer.scope, edge)), agent_tool=True):
                 return await invoke(context, arguments)
 
-        tool.on_invoke_tool = _wrapper(invoke_in_scope)
+        tool.on_invoke_tool = ours(invoke_in_scope)
     policy = tool.needs_approval
-    if callable(policy) and not getattr(policy, _MARK, False):
+    if callable(policy) and not is_ours(policy):
+        tool.needs_approval = ours(_recorded_policy(agent, tool, policy))
 
-        async def recorded_policy(context: Any, params: Any, call_id: str) -> Any:
-            decided: Any = policy(context, params, call_id)
-            if inspect.isawaitable(decided):
-                decided = await decided
-            frame = CURRENT_LEG.get()
-            if frame is None:  # the tool also serves an agent run without the recorder
-                return decided
+
+def _recorded_policy(agent: Agent[Any], tool: FunctionTool, policy: Any) -> Any:
+    """``policy`` (a tool's callable ``needs_approval``, called with ``(context, params,
+    call_id)``), recording a ``tool_policy`` entry with what it decided in a recorded leg
+    (:func:`observed`: the app sees the kind of callable it gave)."""
+
+    def record(args: tuple[Any, ...], decided: Any) -> None:
+        frame = CURRENT_LEG.get()
+        if frame is not None:  # else the tool serves an agent run without the recorder
             frame.record(methodcaller(
                 "tool_policy", run_id=frame.run_id, agent=agent_label(agent),
                 tool=tool.name, needs_approval=bool(decided), scope=frame.scope,
-                policy="callable", call_id=call_id, time_ns=frame.journal.writer.clock(),
+                policy="callable", call_id=args[2], time_ns=frame.journal.writer.clock(),
             ))
-            return decided
 
-        tool.needs_approval = _wrapper(recorded_policy)
+    return observed(policy, record)
 
 
 def _record_block(
@@ -197,7 +185,7 @@ def _wrap_guardrail(
     nothing), whatever its verdict and also when it fails;
     a block comes right after, with the execution's time (the SDK then persists the
     guardrail's message, or raises)."""
-    if not _claim(guardrail):
+    if not claim(guardrail):
         return
     name, check = guardrail.get_name(), guardrail.guardrail_function
 
@@ -233,7 +221,7 @@ def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
     that call and every other function call of the agent's latest response: the SDK then
     persists a placeholder (``"Output withheld by an output guardrail."``, or the app's
     own text) as the output of each, so the block's message is not known."""
-    if not _claim(guardrail):
+    if not claim(guardrail):
         return
     name, check = guardrail.get_name(), guardrail.guardrail_function
 

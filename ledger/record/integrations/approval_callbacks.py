@@ -1,0 +1,76 @@
+"""Decisions made by the app's approval callbacks.
+
+A shell, apply_patch or custom tool may carry an ``on_approval`` callback, and a hosted MCP
+tool an ``on_approval_request`` one: the SDK calls it when one of the tool's calls needs
+approval and none is known, and applies what it returns (``{"approve": True}``, or
+``False`` with a ``reason`` given to the model as the rejection message) on the run
+context. Each such callback is wrapped once, in place (:func:`wrap_approval_callbacks`; a
+wrapper of the same kind and name, see
+:func:`~evidence_ledger.record.integrations.wrappers.observed`), and its verdict in a
+recorded leg becomes a ``decision`` entry bound to the call and its arguments, with
+approver ``callback:<the callback's qualified name>``. A verdict the SDK does not apply (no
+mapping, no boolean ``approve``) records nothing: the call then stays pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from operator import methodcaller
+from typing import Any
+
+from evidence_ledger.record.integrations.agent_labels import agent_label
+from evidence_ledger.record.integrations.legs import CURRENT_LEG
+from evidence_ledger.record.integrations.native_calls import native_call
+from evidence_ledger.record.integrations.wrappers import is_ours, observed, ours
+
+__all__ = ["wrap_approval_callbacks"]
+
+CALLBACKS = {"on_approval": False, "on_approval_request": True}
+"""Tool attribute holding an approval callback -> True when it is a hosted MCP tool's
+(called with an ``MCPToolApprovalRequest``; else with the run context and the
+``ToolApprovalItem``)."""
+
+
+def wrap_approval_callbacks(tool: Any) -> None:
+    """Wrap ``tool``'s approval callback (see the module docstring), once; a tool without
+    one is left as it is."""
+    for name, hosted in CALLBACKS.items():
+        callback = getattr(tool, name, None)
+        if callable(callback) and not is_ours(callback):
+            setattr(tool, name, ours(observed(callback, _recorder(callback, hosted))))
+
+
+def _recorder(callback: Any, hosted: bool) -> Any:
+    """What records the verdict of ``callback`` (``after`` of :func:`observed`)."""
+    name = getattr(callback, "__qualname__", None) or type(callback).__qualname__
+    approver = f"callback:{name}"
+
+    def record(args: tuple[Any, ...], verdict: Any) -> None:
+        frame = CURRENT_LEG.get()
+        if frame is None or not isinstance(verdict, Mapping):
+            return
+        approve = verdict.get("approve")
+        if hosted:  # as the SDK reads them: a truthy approve approves
+            agent, approved = None, bool(approve)
+            raw = getattr(args[0], "data", None) if args else None
+        elif approve is True or approve is False:
+            item = args[1] if len(args) > 1 else None
+            agent, raw = getattr(item, "agent", None), getattr(item, "raw_item", None)
+            approved = approve
+        else:
+            return
+        found = native_call(agent, raw)
+        if found is None:
+            return
+        call_id, tool, arguments, _ = found
+        reason = verdict.get("reason")
+        reason = reason if isinstance(reason, str) and reason else None
+        frame.record(methodcaller(
+            "decision", run_id=frame.run_id, call_id=call_id,
+            decision="approve" if approved else "reject", approver=approver,
+            scope=frame.scope, reason=reason, message=None if approved else reason,
+            arguments=arguments, agent=agent_label(agent) if agent is not None else None,
+            tool=tool, run_state=frame.run_state, time_ns=frame.journal.writer.clock(),
+        ))
+
+    return record

@@ -1,0 +1,67 @@
+"""Wrapping the app's objects and callables: each wrapped once, a wrapper the same kind of
+callable as what it wraps (sync or coroutine function) under the same name."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["claim", "is_ours", "observed", "ours"]
+
+MARK = "_evidence_ledger_attached"
+
+
+def claim(obj: object) -> bool:
+    """Mark ``obj`` (a tool, a guardrail or one of our wrappers) as attached; False if it
+    already was."""
+    if getattr(obj, MARK, False):
+        return False
+    setattr(obj, MARK, True)
+    return True
+
+
+def ours(function: Any) -> Any:
+    """``function``, marked as one of our wrappers (a tool copied or rebuilt with
+    ``dataclasses.replace`` carries them along: they are never wrapped twice)."""
+    claim(function)
+    return function
+
+
+def is_ours(function: Any) -> bool:
+    """True for a wrapper :func:`ours` marked."""
+    return bool(getattr(function, MARK, False))
+
+
+def observed(function: Any, after: Callable[[tuple[Any, ...], Any], None]) -> Any:
+    """A wrapper of ``function`` that returns what it returns and calls ``after(args,
+    result)`` first (positional arguments; an awaitable result is awaited, then passed).
+    A coroutine function gives a coroutine function, anything else a plain function that
+    returns what ``function`` returned (an awaitable wrapped to be observed when
+    awaited); the name is ``function``'s (``functools.wraps``)."""
+
+    async def later(args: tuple[Any, ...], pending: Any) -> Any:
+        result = await pending
+        after(args, result)
+        return result
+
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def observed_async(*args: Any) -> Any:
+            result = await function(*args)
+            after(args, result)
+            return result
+
+        return observed_async
+
+    @functools.wraps(function)
+    def observed_sync(*args: Any) -> Any:
+        result = function(*args)
+        if inspect.isawaitable(result):  # a callable object returning an awaitable
+            return later(args, result)
+        after(args, result)
+        return result
+
+    return observed_sync
