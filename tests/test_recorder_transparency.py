@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import inspect
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from agents import (
     Agent,
     CustomTool,
+    FileSearchTool,
     GuardrailFunctionOutput,
     HostedMCPTool,
     OutputGuardrailTripwireTriggered,
@@ -28,11 +30,16 @@ from agents import (
     RunState,
     ShellTool,
     SQLiteSession,
+    WebSearchTool,
     function_tool,
     handoff,
     output_guardrail,
 )
+from agents.mcp import MCPServerStdio
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from openai.types.responses import ResponseFileSearchToolCall, ResponseFunctionWebSearch
+from openai.types.responses.response_file_search_tool_call import Result
+from openai.types.responses.response_function_web_search import ActionSearch
 from openai.types.responses.response_output_item import McpApprovalRequest, McpCall
 
 from evidence_ledger import Recorder
@@ -861,4 +868,63 @@ async def test_a_hosted_mcp_callbacks_approval_is_recorded_and_its_call_executed
     assert [(b["call_id"], b["decision"], b["approver"]) for k, b in found
             if k == "decision"] == [("mcpr-1", "approve", "callback:approve_lookups")]
     assert [b["call_id"] for k, b in found if k == "execution"] == ["mcpr-1"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+# -- an MCP server's tools -------------------------------------------------------------------
+
+MCP_SERVER = '''
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("files")
+
+
+@server.tool()
+def delete_file(path: str) -> str:
+    """Delete a file (pretend)."""
+    return f"deleted {path}"
+
+
+server.run()
+'''
+
+
+async def test_an_mcp_server_tools_call_carries_the_servers_approval_policy(tmp_path: Path):
+    script = tmp_path / "server.py"
+    script.write_text(MCP_SERVER, "utf-8")
+    ledger = tmp_path / "ledger"
+    async with MCPServerStdio(params={"command": sys.executable, "args": [str(script)]},
+                              require_approval="always", cache_tools_list=True) as server:
+        agent = Agent(name="files", mcp_servers=[server], model=ScriptedModel([
+            ModelStep(output=[function_call("delete_file", {"path": "/x"}, call_id="m-1")]),
+            ModelStep(output=[assistant_message("done")]),
+        ]))
+        recorder = Recorder(ledger)
+        state = (await recorder.run(agent, "delete")).to_state()
+        recorder.approve(state, state.get_interruptions()[0], approver="ann")
+        assert (await recorder.run(agent, state)).final_output == "done"
+
+    found = [(e.kind, e.body) for e, _ in Ledger(ledger).entries()]
+    assert [(b["tool"], b["needs_approval"]) for k, b in found if k == "call"] == [
+        ("delete_file", True)]
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["m-1"]
+    assert verify_ledger(Ledger(ledger)).violations == []
+
+
+async def test_hosted_tool_calls_are_recorded_with_the_providers_result(tmp_path: Path):
+    searched = ResponseFunctionWebSearch(
+        id="ws-1", type="web_search_call", status="completed",
+        action=ActionSearch(type="search", query="ledger"))
+    found_files = ResponseFileSearchToolCall(
+        id="fs-1", type="file_search_call", status="completed", queries=["refund policy"],
+        results=[Result(file_id="f-1", filename="policy.md", text="refunds within 30 days")])
+    agent = Agent(name="researcher", tools=[WebSearchTool(), FileSearchTool(
+        vector_store_ids=["vs-1"])], model=ScriptedModel([
+            ModelStep(output=[searched, found_files, assistant_message("done")])]))
+    assert (await Recorder(tmp_path).run(agent, "look it up")).final_output == "done"
+
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    assert [(b["call_id"], b["tool"], b["needs_approval"]) for k, b in found if k == "call"] == [
+        ("ws-1", "web_search", False), ("fs-1", "file_search", False)]
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["ws-1", "fs-1"]
     assert verify_ledger(Ledger(tmp_path)).violations == []

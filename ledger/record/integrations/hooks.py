@@ -48,12 +48,14 @@ from openai.types.responses import ResponseFunctionToolCall
 from evidence_ledger.record.integrations.agent_labels import agent_label, reachable_agents
 from evidence_ledger.record.integrations.approval_callbacks import wrap_approval_callbacks
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg, entered
-from evidence_ledger.record.integrations.native_calls import item_field as _field
 from evidence_ledger.record.integrations.native_calls import (
+    ProviderRun,
     native_call,
     payload_text,
+    provider_run,
     take_started,
 )
+from evidence_ledger.record.integrations.native_calls import item_field as _field
 from evidence_ledger.record.integrations.wrappers import claim, is_ours, observed, ours
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 
@@ -262,11 +264,11 @@ def _handoffs(agent: Agent[Any]) -> dict[str, Handoff[Any, Any]]:
 def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
     """``on_llm_end``: record the calls of a model response (function calls, and the kinds
     of :mod:`~evidence_ledger.record.integrations.native_calls`), as one group; and the
-    hosted MCP calls the provider ran."""
+    calls the provider ran (hosted tools, hosted MCP calls)."""
     frame = current_leg()
     calls = [item for item in response.output if _field(item, "type") == "function_call"]
-    if agent.handoffs:
-        names = _handoffs(agent)
+    names = _handoffs(agent) if agent.handoffs else {}
+    if names:
         frame.handoff_calls[frame.scope, agent.name] = [
             (_field(item, "call_id"), _field(item, "name"), _field(item, "arguments"))
             for item in calls if _field(item, "name") in names
@@ -282,7 +284,10 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
         if name in others and name not in tools:  # a function-shaped call of, say, apply_patch
             frame.native_calls.setdefault((frame.scope, agent.name, name), []).append(
                 (_field(item, "call_id"), _field(item, "arguments")))
-        policy = getattr(tools.get(name), "needs_approval", None)
+        if name in tools:
+            policy = tools[name].needs_approval
+        else:  # an MCP server's tool, unless it is a handoff or a tool of another kind
+            policy = None if name in names or name in others else mcp_server_policy(agent, name)
         found.append(methodcaller(
             "call", run_id=frame.run_id, call_id=_field(item, "call_id"),
             agent=agent_label(agent), tool=name, arguments=_field(item, "arguments"),
@@ -302,8 +307,10 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
             if _field(item, "type") != "mcp_approval_request":
                 frame.native_calls.setdefault((frame.scope, agent.name, tool), []).append(
                     (call_id, arguments))
-        elif _field(item, "type") == "mcp_call":
-            found.append(_hosted_mcp_call(frame, agent, item, response.response_id, clock()))
+        else:
+            ran = provider_run(item)
+            if ran is not None:  # a hosted tool's call (or a hosted MCP call)
+                found.append(_provider_ran(frame, agent, ran, response.response_id, clock()))
     if not found:
         return
 
@@ -314,26 +321,40 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
     frame.record(write)
 
 
-def _hosted_mcp_call(frame: Leg, agent: Agent[Any], item: Any, response_id: Any,
-                     time_ns: int) -> Any:
-    """What records a hosted MCP call the provider ran: the execution of the approval
-    request it names (if that call was recorded), else its own call and execution."""
-    request, name = _field(item, "approval_request_id"), str(_field(item, "name") or "")
-    arguments = str(_field(item, "arguments") or "")
-    output = _field(item, "output") if _field(item, "error") is None else _field(item, "error")
-    call_id = request if isinstance(request, str) else str(_field(item, "id"))
+def mcp_server_policy(agent: Agent[Any], tool: str) -> bool | None:
+    """Whether the SDK asks for approval of a call of ``tool``, a tool of one of the agent's
+    MCP servers, as their ``require_approval`` settings say (read from the SDK's
+    normalised ``_needs_approval_policy``: a bool for every tool, or a bool per tool name):
+    None when a server decides per call (a callable), when the servers disagree, or when the
+    agent has none."""
+    verdicts = set()
+    for server in getattr(agent, "mcp_servers", None) or ():
+        policy = getattr(server, "_needs_approval_policy", None)
+        if isinstance(policy, bool):
+            verdicts.add(policy)
+        elif isinstance(policy, dict):
+            verdicts.add(bool(policy.get(tool, False)))
+        else:
+            return None
+    return verdicts.pop() if len(verdicts) == 1 else None
+
+
+def _provider_ran(frame: Leg, agent: Agent[Any], ran: ProviderRun, response_id: Any,
+                  time_ns: int) -> Any:
+    """What records a call the provider ran (:func:`provider_run`): the execution of the
+    approval request it names (if that call was recorded), else its own call and
+    execution."""
 
     def write(writer: EvidenceWriter) -> None:
-        if not isinstance(request, str):
-            writer.call(run_id=frame.run_id, call_id=call_id, agent=agent_label(agent), tool=name,
-                        arguments=arguments, scope=frame.scope, needs_approval=False,
-                        response_id=response_id, time_ns=time_ns)
-        elif writer.find_call(frame.run_id, frame.scope, call_id) is None:
+        if not ran.requested:
+            writer.call(run_id=frame.run_id, call_id=ran.call_id, agent=agent_label(agent),
+                        tool=ran.tool, arguments=ran.arguments, scope=frame.scope,
+                        needs_approval=False, response_id=response_id, time_ns=time_ns)
+        elif writer.find_call(frame.run_id, frame.scope, ran.call_id) is None:
             return  # a request this run never recorded
-        writer.execution(run_id=frame.run_id, call_id=call_id, arguments=arguments,
-                         scope=frame.scope, agent=agent_label(agent), tool=name,
-                         result=payload_text(output),
-                         run_state=frame.run_state, time_ns=time_ns)
+        writer.execution(run_id=frame.run_id, call_id=ran.call_id, arguments=ran.arguments,
+                         scope=frame.scope, agent=agent_label(agent), tool=ran.tool,
+                         result=ran.result, run_state=frame.run_state, time_ns=time_ns)
 
     return write
 

@@ -1,5 +1,5 @@
 """Calls of the SDK's other tool kinds: shell, local shell, apply_patch, computer and custom
-tool calls run locally, hosted MCP calls run by the provider.
+tool calls run locally; hosted MCP calls and hosted tools' calls run by the provider.
 
 A model response's items of these kinds are recorded as calls, like ``function_call`` items
 (:func:`native_call` says how each kind is keyed). Their executions:
@@ -13,7 +13,11 @@ A model response's items of these kinds are recorded as calls, like ``function_c
   started;
 - a hosted MCP call the provider ran after an approval request (``mcp_call`` naming its
   ``approval_request_id``) is the execution of that request's call, its output the result;
-  one that needed no approval is recorded as its call and its execution.
+  one that needed no approval is recorded as its call and its execution;
+- a hosted tool's call (web search, file search, code interpreter, image generation) comes
+  back from the provider as one item holding what it asked and what it got: it is recorded
+  as its call (keyed by the item's id, needing no approval: the SDK asks for none) and its
+  execution, whose result is the provider's (:data:`HOSTED_KINDS`, :func:`provider_run`).
 
 The pending calls of a resumed state (its interruptions) are known at the start of a leg, so
 a call approved in another process is found too (:func:`pending_native_calls`).
@@ -23,15 +27,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import agents
 
 from evidence_ledger.record.writer import Scope
 
 __all__ = [
-    "NATIVE_KINDS", "item_field", "native_call", "payload_text", "pending_native_calls",
-    "take_started",
+    "HOSTED_KINDS", "NATIVE_KINDS", "ProviderRun", "item_field", "native_call", "payload_text",
+    "pending_native_calls", "provider_run", "take_started",
 ]
 
 NATIVE_KINDS = {
@@ -44,6 +48,47 @@ NATIVE_KINDS = {
 }
 """Item type -> (the SDK tool class that runs it, by name; None: the item names its tool),
 the field holding what the call asks for, recorded as its arguments."""
+
+HOSTED_KINDS = {
+    "web_search_call": ("web_search", "action", "status"),
+    "file_search_call": ("file_search", "queries", "results"),
+    "code_interpreter_call": ("code_interpreter", "code", "outputs"),
+    "image_generation_call": ("image_generation", "action", "result"),
+}
+"""Item type of a hosted tool's call -> (tool name, the field recorded as its arguments,
+the field recorded as its result: for a web search only its status, which is all the item
+holds)."""
+
+
+class ProviderRun(NamedTuple):
+    """A call the provider ran, as one response item says."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    result: str
+    requested: bool
+    """True: the item names an approval request (``call_id`` is that request's id)."""
+
+
+def provider_run(item: Any) -> ProviderRun | None:
+    """The :class:`ProviderRun` of a hosted tool's call or a hosted MCP call (``mcp_call``:
+    its output, or its error when it failed); None for any other item."""
+    kind, item_id = item_field(item, "type"), item_field(item, "id")
+    if kind == "mcp_call":
+        request = item_field(item, "approval_request_id")
+        error = item_field(item, "error")
+        return ProviderRun(
+            request if isinstance(request, str) else str(item_id),
+            str(item_field(item, "name") or ""), str(item_field(item, "arguments") or ""),
+            payload_text(item_field(item, "output") if error is None else error),
+            isinstance(request, str))
+    if kind not in HOSTED_KINDS or not isinstance(item_id, str):
+        return None
+    tool, asked, got = HOSTED_KINDS[kind]
+    return ProviderRun(item_id, tool, payload_text(item_field(item, asked)),
+                       payload_text(item_field(item, got)), False)
+
 
 Pending = dict[tuple[Scope, str, str], list[tuple[str, str]]]
 """Per ``(scope, agent name, tool name)``: ``(call_id, arguments)`` of the calls of the
