@@ -284,24 +284,25 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
         if name in others and name not in tools:  # a function-shaped call of, say, apply_patch
             frame.native_calls.setdefault((frame.scope, agent.name, name), []).append(
                 (_field(item, "call_id"), _field(item, "arguments")))
+        gated: bool | None  # a callable policy decides per call: None
         if name in tools:
             policy = tools[name].needs_approval
+            gated = policy if isinstance(policy, bool) else None
         else:  # an MCP server's tool, unless it is a handoff or a tool of another kind
-            policy = None if name in names or name in others else mcp_server_policy(agent, name)
+            gated = None if name in names or name in others else mcp_server_policy(agent, name)
         found.append(methodcaller(
             "call", run_id=frame.run_id, call_id=_field(item, "call_id"),
             agent=agent_label(agent), tool=name, arguments=_field(item, "arguments"),
-            scope=frame.scope,
-            needs_approval=policy if isinstance(policy, bool) else None,
+            scope=frame.scope, needs_approval=gated,
             response_id=response.response_id, time_ns=clock(),
         ))
     for item in response.output:
         native = native_call(agent, item)
         if native is not None:
-            call_id, tool, arguments, policy = native
+            call_id, tool, arguments, native_gated = native
             found.append(methodcaller(
                 "call", run_id=frame.run_id, call_id=call_id, agent=agent_label(agent), tool=tool,
-                arguments=arguments, scope=frame.scope, needs_approval=policy,
+                arguments=arguments, scope=frame.scope, needs_approval=native_gated,
                 response_id=response.response_id, time_ns=clock(),
             ))
             if _field(item, "type") != "mcp_approval_request":
