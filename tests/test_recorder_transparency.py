@@ -873,27 +873,12 @@ async def test_a_hosted_mcp_callbacks_approval_is_recorded_and_its_call_executed
 
 # -- an MCP server's tools -------------------------------------------------------------------
 
-MCP_SERVER = '''
-from mcp.server.mcpserver import MCPServer
-
-server = MCPServer("files")
-
-
-@server.tool()
-def delete_file(path: str) -> str:
-    """Delete a file (pretend)."""
-    return f"deleted {path}"
-
-
-server.run()
-'''
+MCP_SERVER = Path(__file__).parent / "data" / "mcp_files_server.py"
 
 
 async def test_an_mcp_server_tools_call_carries_the_servers_approval_policy(tmp_path: Path):
-    script = tmp_path / "server.py"
-    script.write_text(MCP_SERVER, "utf-8")
     ledger = tmp_path / "ledger"
-    async with MCPServerStdio(params={"command": sys.executable, "args": [str(script)]},
+    async with MCPServerStdio(params={"command": sys.executable, "args": [str(MCP_SERVER)]},
                               require_approval="always", cache_tools_list=True) as server:
         agent = Agent(name="files", mcp_servers=[server], model=ScriptedModel([
             ModelStep(output=[function_call("delete_file", {"path": "/x"}, call_id="m-1")]),
