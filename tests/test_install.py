@@ -105,7 +105,8 @@ def test_the_base_install_verifies_and_names_missing_extras(wheel, evidence, tmp
     assert (demo.returncode, demo.stdout) == (2, "")
     assert demo.stderr == ("evidence-ledger: error: demo needs the 'agents' extra "
                            "(openai-agents is not installed): "
-                           "pip install 'evidence-ledger[agents]'\n")
+                           "pip install 'openai-agents<0.25,>=0.20.0' "
+                           "(or install this project with [agents])\n")
 
 
 def test_the_full_install_runs_the_demo_and_the_quick_start(wheel, tmp_path):

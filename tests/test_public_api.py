@@ -129,9 +129,11 @@ def test_a_command_whose_extra_is_missing_names_it(evidence, args, extra, what):
     done = _without_extras(*args, *ledger, cwd=evidence["tmp"])
     assert done.stdout == ""
     first, last = done.stderr.splitlines()
+    packages = ("'openai-agents<0.25,>=0.20.0'" if extra == "agents"
+                else "'duckdb>=1.1' 'pyarrow>=15'")
     assert first == (f"evidence-ledger: error: {what} needs the '{extra}' extra "
                      f"({'openai-agents' if extra == 'agents' else 'duckdb'} is not installed): "
-                     f"pip install 'evidence-ledger[{extra}]'")
+                     f"pip install {packages} (or install this project with [{extra}])")
     assert last.endswith("EXIT 2")
     assert not (evidence["tmp"] / "new").exists() and not (evidence["tmp"] / "exported").exists()
 
@@ -145,7 +147,8 @@ def test_the_recorder_without_its_extra_names_it(tmp_path: Path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=tmp_path)
     assert done.stdout == ("Recorder needs the 'agents' extra (openai-agents is not installed): "
-                           "pip install 'evidence-ledger[agents]'\n")
+                           "pip install 'openai-agents<0.25,>=0.20.0' "
+                           "(or install this project with [agents])\n")
 
 
 def test_keys_are_passed_one_way_and_a_wrong_type_is_named(evidence, tmp_path: Path):

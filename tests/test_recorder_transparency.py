@@ -24,6 +24,7 @@ from agents import (
     FileSearchTool,
     GuardrailFunctionOutput,
     HostedMCPTool,
+    OutputGuardrail,
     OutputGuardrailTripwireTriggered,
     RunHooks,
     Runner,
@@ -913,3 +914,26 @@ async def test_hosted_tool_calls_are_recorded_with_the_providers_result(tmp_path
         ("ws-1", "web_search", False), ("fs-1", "file_search", False)]
     assert [b["call_id"] for k, b in found if k == "execution"] == ["ws-1", "fs-1"]
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+class CallableCheck:
+    """An output guardrail given as a callable object (it has no ``__qualname__``)."""
+
+    def __call__(self, context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+
+
+def _identity(function: Any) -> tuple[str, str]:
+    """How the SDK names a callable when it tells same-named agents apart."""
+    return (getattr(function, "__module__", type(function).__module__),
+            getattr(function, "__qualname__", type(function).__qualname__))
+
+
+async def test_wrapped_callables_keep_the_identity_the_sdk_reads(tmp_path: Path):
+    guardrail = OutputGuardrail(guardrail_function=CallableCheck(), name="check")
+    before = _identity(guardrail.guardrail_function)
+    agent = Agent(name="a", output_guardrails=[guardrail], model=ScriptedModel([
+        ModelStep(output=[assistant_message("hi")])]))
+    await Recorder(tmp_path).run(agent, "hi")
+    assert guardrail.guardrail_function is not CallableCheck  # wrapped
+    assert _identity(guardrail.guardrail_function) == before

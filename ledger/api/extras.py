@@ -10,6 +10,8 @@ and ``rich``). Recording needs ``[agents]``; SQL, exports and ``trace`` need ``[
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import re
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -31,9 +33,24 @@ class MissingExtraError(UsageError):
         """``missing``: the package (distribution) name that is not installed."""
         super().__init__(
             f"{what} needs the '{extra}' extra ({missing} is not installed): "
-            f"pip install 'evidence-ledger[{extra}]'"
+            f"{install_command(extra)} (or install this project with [{extra}])"
         )
         self.extra = extra
+
+
+def install_command(extra: str) -> str:
+    """``pip install`` of the packages ``extra`` adds, with the versions this install
+    requires (read from its metadata; the package names of :data:`EXTRAS` if it has none):
+    the project itself need not be on a package index."""
+    try:
+        required = importlib.metadata.requires("evidence-ledger") or []
+    except importlib.metadata.PackageNotFoundError:
+        required = []
+    marker = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
+    wanted = [r.split(";")[0].strip() for r in required
+              if marker.search(r) and not r.startswith("evidence-ledger")]
+    wanted = wanted or sorted(set(EXTRAS[extra].values()))
+    return "pip install " + " ".join(f"'{w}'" for w in wanted)
 
 
 def load(module: str, extra: str, what: str) -> ModuleType:

@@ -8,7 +8,8 @@ type of their hooks, so agent hooks of ours would change it. The recorder gives 
 :class:`RecordingRunHooks` to each recorded run (wrapping the run hooks the app gave), and
 :mod:`~evidence_ledger.record.integrations.nested_runs` gives them to the runs of agents
 used through ``Agent.as_tool``. The tool and guardrail wrappers keep the wrapped function's
-name (``functools.wraps``) and pass every call through unchanged when no recorded leg runs.
+name (:func:`~evidence_ledger.record.integrations.wrappers.named_as`) and pass every call
+through unchanged when no recorded leg runs.
 
 Scope: a call's identity is ``(run_id, scope, call_id)``. ``scope`` is empty at the top
 agent; inside an agent run through ``Agent.as_tool`` it gains the edge
@@ -19,7 +20,6 @@ nested agent's calls, executions and policies carry it, on resume as well.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import replace
 from operator import methodcaller
@@ -56,7 +56,13 @@ from evidence_ledger.record.integrations.native_calls import (
     take_started,
 )
 from evidence_ledger.record.integrations.native_calls import item_field as _field
-from evidence_ledger.record.integrations.wrappers import claim, is_ours, observed, ours
+from evidence_ledger.record.integrations.wrappers import (
+    claim,
+    is_ours,
+    named_as,
+    observed,
+    ours,
+)
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 
 __all__ = [
@@ -191,7 +197,6 @@ def _wrap_guardrail(
         return
     name, check = guardrail.get_name(), guardrail.guardrail_function
 
-    @functools.wraps(check)
     async def recorded(data: Any) -> ToolGuardrailFunctionOutput:
         # else it serves an agent run without the recorder
         recording = CURRENT_LEG.get() is not None
@@ -214,7 +219,7 @@ def _wrap_guardrail(
                           ran if after_run else None)
         return verdict
 
-    guardrail.guardrail_function = recorded
+    guardrail.guardrail_function = named_as(recorded, check)
 
 
 def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
@@ -227,7 +232,6 @@ def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
         return
     name, check = guardrail.get_name(), guardrail.guardrail_function
 
-    @functools.wraps(check)
     async def recorded(context: Any, agent: Agent[Any], agent_output: Any) -> Any:
         verdict = check(context, agent, agent_output)
         if inspect.isawaitable(verdict):
@@ -242,7 +246,7 @@ def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
                     _record_block(call_id, agent_label(agent), tool, name)
         return verdict
 
-    guardrail.guardrail_function = recorded
+    guardrail.guardrail_function = named_as(recorded, check)
 
 
 def _same(result: Any, output: Any) -> bool:

@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["claim", "is_ours", "observed", "ours"]
+__all__ = ["claim", "is_ours", "named_as", "observed", "ours"]
 
 MARK = "_evidence_ledger_attached"
 
@@ -34,12 +34,24 @@ def is_ours(function: Any) -> bool:
     return bool(getattr(function, MARK, False))
 
 
+def named_as(wrapper: Any, original: Any) -> Any:
+    """``wrapper``, carrying the name, module and qualified name ``original`` shows
+    (``functools.update_wrapper``); for a callable object, which has none of its own, those
+    of its class, as the SDK reads them when it tells same-named agents apart (their
+    guardrails and policies are part of an agent's identity in a ``RunState``)."""
+    functools.update_wrapper(wrapper, original)
+    for attr in ("__module__", "__qualname__", "__name__"):
+        if not hasattr(original, attr):
+            setattr(wrapper, attr, getattr(type(original), attr))
+    return wrapper
+
+
 def observed(function: Any, after: Callable[[tuple[Any, ...], Any], None]) -> Any:
     """A wrapper of ``function`` that returns what it returns and calls ``after(args,
     result)`` first (positional arguments; an awaitable result is awaited, then passed).
     A coroutine function gives a coroutine function, anything else a plain function that
     returns what ``function`` returned (an awaitable wrapped to be observed when
-    awaited); the name is ``function``'s (``functools.wraps``)."""
+    awaited); named as ``function`` (:func:`named_as`)."""
 
     async def later(args: tuple[Any, ...], pending: Any) -> Any:
         result = await pending
@@ -48,15 +60,13 @@ def observed(function: Any, after: Callable[[tuple[Any, ...], Any], None]) -> An
 
     if inspect.iscoroutinefunction(function):
 
-        @functools.wraps(function)
         async def observed_async(*args: Any) -> Any:
             result = await function(*args)
             after(args, result)
             return result
 
-        return observed_async
+        return named_as(observed_async, function)
 
-    @functools.wraps(function)
     def observed_sync(*args: Any) -> Any:
         result = function(*args)
         if inspect.isawaitable(result):  # a callable object returning an awaitable
@@ -64,4 +74,4 @@ def observed(function: Any, after: Callable[[tuple[Any, ...], Any], None]) -> An
         after(args, result)
         return result
 
-    return observed_sync
+    return named_as(observed_sync, function)
