@@ -31,6 +31,7 @@ from agents import (
     RunState,
     ShellTool,
     SQLiteSession,
+    ToolsToFinalOutputResult,
     WebSearchTool,
     function_tool,
     handoff,
@@ -937,3 +938,35 @@ async def test_wrapped_callables_keep_the_identity_the_sdk_reads(tmp_path: Path)
     await Recorder(tmp_path).run(agent, "hi")
     assert guardrail.guardrail_function is not CallableCheck  # wrapped
     assert _identity(guardrail.guardrail_function) == before
+
+
+@output_guardrail
+def always_trips(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=True)
+
+
+def _derived(context: Any, results: list[Any]) -> ToolsToFinalOutputResult:
+    return ToolsToFinalOutputResult(is_final_output=True,
+                                    final_output="secret is " + results[0].output)
+
+
+@pytest.mark.parametrize("behavior", ["derived", "text-after-tool"])
+async def test_an_agent_output_guardrail_blocks_only_what_the_sdk_withholds(
+    tmp_path: Path, behavior: str
+):
+    derived = behavior == "derived"
+    steps = [ModelStep(output=[function_call("read_secret", {}, call_id="c-1")])]
+    if not derived:  # the model answers with text equal to the tool's output
+        steps.append(ModelStep(output=[assistant_message("s3cr3t")]))
+    agent = Agent(name="vault", tools=[read_secret], output_guardrails=[always_trips],
+                  tool_use_behavior=_derived if derived else "run_llm_again",
+                  model=ScriptedModel(steps))
+    session = SQLiteSession("vault", ":memory:")
+    with pytest.raises(OutputGuardrailTripwireTriggered):
+        await Recorder(tmp_path).run(agent, "tell me", session=session)
+    outputs = [i["output"] for i in await session.get_items()
+               if i.get("type") == "function_call_output"]
+    assert outputs == (["Output withheld by an output guardrail."] if derived else ["s3cr3t"])
+    blocks = [e.body["call_id"] for e, _ in Ledger(tmp_path).entries() if e.kind == "guardrail"]
+    assert blocks == (["c-1"] if derived else [])
+    assert verify_ledger(Ledger(tmp_path)).violations == []

@@ -224,10 +224,12 @@ def _wrap_guardrail(
 
 def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
     """Make an agent output guardrail (in place, once) record a block when it trips on a
-    final output that a function tool returned (a tool that ends the agent's turn), for
-    that call and every other function call of the agent's latest response: the SDK then
-    persists a placeholder (``"Output withheld by an output guardrail."``, or the app's
-    own text) as the output of each, so the block's message is not known."""
+    final output that came from tools (the agent's latest model response had function
+    calls, and no model was asked again: ``stop_on_first_tool``, ``stop_at_tool_names``, a
+    ``tool_use_behavior`` function), for every function call of that response: the SDK then
+    persists a placeholder (``"Output withheld by an output guardrail."``, or the app's own
+    text) as the output of each, so the block's message is not known. A final output the
+    model wrote withholds nothing."""
     if not claim(guardrail):
         return
     name, check = guardrail.get_name(), guardrail.guardrail_function
@@ -238,25 +240,11 @@ def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
             verdict = await verdict
         frame = CURRENT_LEG.get()
         if frame is not None and verdict.tripwire_triggered:
-            last = frame.last_results.get((frame.scope, agent.name))
-            if last is not None and _same(last[2], agent_output):
-                withheld = frame.response_calls.get((frame.scope, agent.name), [])
-                for call_id, tool in [(last[0], last[1]),
-                                      *(call for call in withheld if call[0] != last[0])]:
-                    _record_block(call_id, agent_label(agent), tool, name)
+            for call_id, tool in frame.response_calls.get((frame.scope, agent.name), []):
+                _record_block(call_id, agent_label(agent), tool, name)
         return verdict
 
     guardrail.guardrail_function = named_as(recorded, check)
-
-
-def _same(result: Any, output: Any) -> bool:
-    """True when ``output`` is ``result`` (or equals it; never raises)."""
-    if result is output:
-        return True
-    try:
-        return bool(result == output)
-    except Exception:
-        return False
 
 
 def _handoffs(agent: Agent[Any]) -> dict[str, Handoff[Any, Any]]:
@@ -418,8 +406,6 @@ def _record_ran(
         tool = next((t for t in agent.tools
                      if isinstance(t, FunctionTool) and t.name == context.tool_name), None)
     now = frame.executed[key] = frame.journal.writer.clock()
-    frame.last_results[frame.scope, agent.name] = (context.tool_call_id, context.tool_name,
-                                                   result)
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=context.tool_call_id,
         arguments=context.tool_arguments, scope=frame.scope, agent=agent_label(agent),

@@ -58,14 +58,9 @@ class Leg:
     response_calls: dict[tuple[Scope, str], list[tuple[str, str]]] = field(
         default_factory=dict, compare=False)
     """Per ``(scope, agent name)``: ``(call_id, tool name)`` of the function calls of the
-    agent's latest model response (the SDK withholds the outputs of all of them when an
-    agent output guardrail trips on a tool's output; shared like ``handoff_calls``)."""
-
-    last_results: dict[tuple[Scope, str], tuple[str, str, Any]] = field(
-        default_factory=dict, compare=False)
-    """Per ``(scope, agent name)``: ``(call_id, tool name, result)`` of the function tool
-    the agent ran last, which is its final output when a tool ends its turn (an agent
-    output guardrail that trips then withholds it; shared like ``handoff_calls``)."""
+    agent's latest model response (none when it answered in text: the SDK withholds the
+    outputs of all of them when an agent output guardrail trips on a final output that came
+    from tools; shared like ``handoff_calls``)."""
 
     def record(self, write: Write) -> None:
         """Record evidence of this leg (queued, or durable at once; see ``since``)."""
