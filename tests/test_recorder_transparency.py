@@ -970,3 +970,53 @@ async def test_an_agent_output_guardrail_blocks_only_what_the_sdk_withholds(
     blocks = [e.body["call_id"] for e, _ in Ledger(tmp_path).entries() if e.kind == "guardrail"]
     assert blocks == (["c-1"] if derived else [])
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+def _sticky_twins(ran: list[str]) -> tuple[Agent[Any], Agent[Any]]:
+    """``first`` hands off to ``second``, both named ``twin``; ``second`` calls its gated
+    tool twice."""
+    @function_tool(needs_approval=True)
+    def operate() -> str:
+        """Operate (gated)."""
+        ran.append("op")
+        return "done op"
+
+    second = Agent(name="twin", tools=[operate], model=ScriptedModel([
+        ModelStep(output=[function_call("operate", {}, call_id="o-1")]),
+        ModelStep(output=[function_call("operate", {}, call_id="o-2")]),
+        ModelStep(output=[assistant_message("finished")]),
+    ]))
+    first = Agent(name="twin", handoffs=[second], model=ScriptedModel([
+        ModelStep(output=[function_call("transfer_to_twin", {}, call_id="h-1")])]))
+    return first, second
+
+
+async def test_a_state_resumed_with_the_agent_that_paused_keeps_its_labels(tmp_path: Path):
+    ran: list[str] = []
+    first, _ = _sticky_twins(ran)
+    recorder = Recorder(tmp_path)
+    result = await recorder.run(first, "go")
+    state = result.to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann", always=True)
+    result = await recorder.run(result.last_agent, state)  # the SDK resumes with the state's
+
+    assert result.final_output == "finished" and ran == ["op", "op"]
+    agents = {(e.kind, e.body["call_id"]): e.body["agent"] for e, _ in Ledger(tmp_path).entries()
+              if e.kind in ("call", "decision", "execution")}
+    assert set(agents.values()) == {"twin", "twin#2"}
+    assert {agents[k, "o-1"] for k in ("call", "decision", "execution")} == {"twin#2"}
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_two_runs_at_once_label_a_shared_agent_each_by_its_own_graph(tmp_path: Path):
+    ran: list[str] = []
+    first, second = _sticky_twins(ran)
+    other = Agent(name="root", handoffs=[second, first], model=ScriptedModel([
+        ModelStep(output=[assistant_message("hello")])]))
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(first, "go")).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann", always=True)
+    done, _ = await asyncio.gather(recorder.run(first, state), recorder.run(other, "hi"))
+
+    assert done.final_output == "finished" and ran == ["op", "op"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evidence_ledger.format.errors import UsageError
+from evidence_ledger.record.integrations.agent_labels import Labels, labelled
 from evidence_ledger.record.integrations.group_commit import Journal, Write
 from evidence_ledger.record.writer import Scope
 
@@ -62,6 +63,11 @@ class Leg:
     outputs of all of them when an agent output guardrail trips on a final output that came
     from tools; shared like ``handoff_calls``)."""
 
+    labels: Labels = field(default_factory=dict, compare=False)
+    """The label of each agent of the run's graph (see
+    :mod:`~evidence_ledger.record.integrations.agent_labels`), in force while the leg's
+    code runs."""
+
     def record(self, write: Write) -> None:
         """Record evidence of this leg (queued, or durable at once; see ``since``)."""
         self.journal.record(write, self.since)
@@ -94,7 +100,8 @@ def entered(frame: Leg | None, agent_tool: bool = False) -> Iterator[None]:
     block; ``agent_tool``: the block is an agent tool starting its agent's run."""
     token, tool_token = CURRENT_LEG.set(frame), AGENT_TOOL.set(agent_tool)
     try:
-        yield
+        with labelled(frame.labels if frame is not None else {}):
+            yield
     finally:
         AGENT_TOOL.reset(tool_token)
         CURRENT_LEG.reset(token)

@@ -125,7 +125,12 @@ from agents.run import get_default_agent_runner
 from agents.stream_events import StreamEvent
 
 from evidence_ledger.format.errors import UsageError
-from evidence_ledger.record.integrations.agent_labels import agent_label, label_agents
+from evidence_ledger.record.integrations.agent_labels import (
+    agent_label,
+    graph_labels,
+    labelled,
+    starting_agent,
+)
 from evidence_ledger.record.integrations.group_commit import Journal
 from evidence_ledger.record.integrations.hooks import (
     RecordingRunHooks,
@@ -286,7 +291,8 @@ class Recorder:
             status="failed" if failure is not None else status, run_state=frame.run_state,
         )
         info = state_info(frame.resumed) if frame.resumed is not None else None
-        ended = state_entry(frame.resumed, info, "ended") if info is not None else None
+        with labelled(frame.labels):
+            ended = state_entry(frame.resumed, info, "ended") if info is not None else None
         unreported = unreported_executions(frame)
 
         def end(writer: EvidenceWriter) -> None:
@@ -304,7 +310,7 @@ class Recorder:
 
     def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> Leg:
         attach(agent)
-        label_agents(agent)
+        labels = graph_labels(starting_agent(agent, input))
         install_runner()
         hooks = kwargs.get("hooks")
         if hooks is None or isinstance(hooks, RunHooksBase):  # else the SDK refuses them
@@ -317,12 +323,13 @@ class Recorder:
             current = getattr(input, "_current_agent", None)
             if isinstance(current, Agent):  # the SDK resumes with the state's agent
                 attach(current)
-            info = self._adopt(input, since)
+            with labelled(labels):
+                info = self._adopt(input, since)
             return Leg(self._journal, since, info.run_id, run_state=info.state_id,
                        resumed=input, handoff_calls=pending_handoffs(input),
                        native_calls=pending_native_calls(input),
-                       response_calls=pending_response_calls(input))
-        return Leg(self._journal, since, uuid.uuid4().hex)
+                       response_calls=pending_response_calls(input), labels=labels)
+        return Leg(self._journal, since, uuid.uuid4().hex, labels=labels)
 
     # -- run states --------------------------------------------------------------------
 
@@ -336,7 +343,8 @@ class Recorder:
             state = make()
             info = StateInfo(journal, uuid.uuid4().hex, frame.run_state, frame.run_id)
             register_state(state, info)
-            record_state(state, info, "to_state")
+            with labelled(frame.labels):
+                record_state(state, info, "to_state")
             return state
 
         result.to_state = to_state  # type: ignore[method-assign]
@@ -419,23 +427,24 @@ class Recorder:
         and the state's new digest (``decided``, so that its JSON is found when
         restored). The group is durable before this returns."""
         starting = getattr(state, "_starting_agent", None)
-        if isinstance(starting, Agent):  # a restored graph: labelled as its runs are
-            label_agents(starting)
+        labels = graph_labels(starting) if isinstance(starting, Agent) else {}
 
         def decided(writer: EvidenceWriter) -> None:
             apply(item)  # first: the SDK judges the very item the app gave, read by us after
-            info, first = meet_state(self._journal, state, writer.find_state)
-            if first is not None:
-                first(writer)
-            if item.call_id is not None:
-                scope = _call_scope(writer, info, item, _waiting(state, item))
-                writer.decision(
-                    run_id=info.run_id, call_id=str(item.call_id), decision=decision,
-                    approver=approver, scope=scope, always=always, reason=reason,
-                    message=message, arguments=item.arguments, agent=_agent_name(item) or "",
-                    tool=item.tool_name, run_state=info.state_id,
-                )
-            state_entry(state, info, "decided")(writer)
+            with labelled(labels):  # the agents as the state's runs label them
+                info, first = meet_state(self._journal, state, writer.find_state)
+                if first is not None:
+                    first(writer)
+                if item.call_id is not None:
+                    scope = _call_scope(writer, info, item, _waiting(state, item))
+                    writer.decision(
+                        run_id=info.run_id, call_id=str(item.call_id), decision=decision,
+                        approver=approver, scope=scope, always=always, reason=reason,
+                        message=message, arguments=item.arguments,
+                        agent=_agent_name(item) or "", tool=item.tool_name,
+                        run_state=info.state_id,
+                    )
+                state_entry(state, info, "decided")(writer)
 
         self._journal.commit(decided, join=False)
 
