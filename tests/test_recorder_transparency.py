@@ -1020,3 +1020,30 @@ async def test_two_runs_at_once_label_a_shared_agent_each_by_its_own_graph(tmp_p
 
     assert done.final_output == "finished" and ran == ["op", "op"]
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+@pytest.mark.parametrize("kind", ["function", "custom"])
+async def test_an_output_persisted_before_a_failing_extractor_is_executed(
+    tmp_path: Path, kind: str
+):
+    """A fresh leg: the SDK writes the tool's output to the session, then the extractor
+    fails; no state holds the output, the session write shows it."""
+    @function_tool(custom_data_extractor=_boom)
+    def write_thing(text: str) -> str:
+        """Write; its extractor fails."""
+        return f"wrote:{text}"
+
+    native = CustomTool(name="note", description="Take a note", on_invoke_tool=lambda *_: "noted",
+                        custom_data_extractor=_boom)
+    call = (function_call("write_thing", {"text": "x"}, call_id="w-1") if kind == "function"
+            else {"type": "custom_tool_call", "name": "note", "call_id": "w-1", "input": "x"})
+    agent = Agent(name="writer", tools=[write_thing, native], model=ScriptedModel([
+        ModelStep(output=[call]), ModelStep(output=[assistant_message("done")])]))
+    session = SQLiteSession("s", ":memory:")
+    with pytest.raises(Exception, match="extractor boom"):
+        await Recorder(tmp_path).run(agent, "go", session=session)
+    assert str((await session.get_items())[-1].get("type")).endswith("call_output")
+
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["w-1"]
+    assert verify_ledger(Ledger(tmp_path)).violations == []

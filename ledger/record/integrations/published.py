@@ -5,19 +5,22 @@ another tool kind) as soon as the tool returns, then runs the callbacks that fol
 ``custom_data_extractor``, the run and agent hooks' ``on_tool_end``. When one of them raises
 (or is cancelled), ``on_tool_end`` never reaches the recorder, yet the SDK keeps the
 committed output in the state it resumed and persists it on a retry without running the
-tool again. The recorder notes each call the SDK started (``on_tool_start``,
-:attr:`~evidence_ledger.record.integrations.legs.Leg.started`); when a leg that resumed a
-state ends with such a call unreported, its execution is recorded with the output the SDK
-committed, as published (an output mutated after publication does not change it). A call
-with no committed output records nothing: its tool did not complete.
+tool again, or has already written it to the session. The recorder notes each call the
+SDK started (``on_tool_start``, :attr:`~evidence_ledger.record.integrations.legs.Leg.started`);
+such a call still unreported gets its execution recorded, with its output as the SDK
+committed it (an output mutated after publication does not change it), when the first of
+these comes: the SDK writes that output to the session (before the ``session_item``
+entry), or the leg, resuming a state, ends with the output held in that state. A call with
+no committed output records nothing: its tool did not complete.
 
-Only the top-level agent's calls are looked for: the state a leg resumed holds its items
-(those of agents run through ``Agent.as_tool`` are in their own runs' states).
+Only the calls of the leg's own scope are looked for: the session and the state a leg
+resumed hold its items (those of agents run through ``Agent.as_tool`` are in their own
+runs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from operator import methodcaller
 from typing import Any
 
@@ -25,13 +28,24 @@ from evidence_ledger.record.integrations.group_commit import Write
 from evidence_ledger.record.integrations.legs import Leg
 from evidence_ledger.record.integrations.native_calls import item_field, payload_text
 
-__all__ = ["unreported_executions"]
+__all__ = ["output_item", "persisted_executions", "unreported_executions"]
 
 OUTPUT_TYPES = frozenset({
     "function_call_output", "custom_tool_call_output", "shell_call_output",
     "local_shell_call_output", "apply_patch_call_output", "computer_call_output",
 })
 """Item types of the outputs the SDK commits for the tools it runs locally."""
+
+
+def output_item(raw: Any) -> tuple[str, Any] | None:
+    """``(call_id, output as recorded)`` of an output item as the SDK persists it (a
+    mapping or a model: a function call's ``output`` as it is, another kind's as
+    :func:`payload_text` gives it); None for any other item."""
+    kind, call_id = item_field(raw, "type"), item_field(raw, "call_id")
+    if kind not in OUTPUT_TYPES or not isinstance(call_id, str):
+        return None
+    output = item_field(raw, "output")
+    return call_id, output if kind == "function_call_output" else payload_text(output)
 
 
 def _committed(state: Any) -> Iterator[tuple[str, Any]]:
@@ -41,39 +55,51 @@ def _committed(state: Any) -> Iterator[tuple[str, Any]]:
     session write."""
     for item in getattr(state, "_generated_items", None) or ():
         raw = getattr(item, "raw_item", None)
-        kind, call_id = item_field(raw, "type"), item_field(raw, "call_id")
-        if kind in OUTPUT_TYPES and isinstance(call_id, str):
-            output = item_field(raw, "output") if kind == "function_call_output" else \
-                payload_text(getattr(item, "output", None))
-            yield call_id, output
+        found = output_item(raw)
+        if found is not None:
+            yield found[0], found[1] if item_field(raw, "type") == "function_call_output" \
+                else payload_text(getattr(item, "output", None))
     pending = getattr(state, "_pending_session_write", None)
     items = pending.get("items") if isinstance(pending, Mapping) else None
     for raw in items if isinstance(items, list) else ():
-        kind, call_id = item_field(raw, "type"), item_field(raw, "call_id")
-        if kind in OUTPUT_TYPES and isinstance(call_id, str):
-            output = item_field(raw, "output")
-            yield call_id, output if kind == "function_call_output" else payload_text(output)
+        found = output_item(raw)
+        if found is not None:
+            yield found
+
+
+def _executions(frame: Leg, outputs: Iterable[tuple[str, Any]]) -> list[Write]:
+    """What records, now, the execution of each call ``frame`` started in its scope and has
+    not reported whose output is in ``outputs`` (the first one given per call)."""
+    writes: list[Write] = []
+    now: int | None = None
+    for call_id, output in outputs:
+        key = (frame.scope, call_id)
+        started = frame.started.get(key)
+        if started is None or key in frame.executed:
+            continue
+        now = now or frame.journal.writer.clock()
+        frame.executed[key] = now
+        agent, tool, arguments = started
+        writes.append(methodcaller(
+            "execution", run_id=frame.run_id, call_id=call_id, arguments=arguments,
+            scope=frame.scope, agent=agent, tool=tool, result=output,
+            run_state=frame.run_state, time_ns=now,
+        ))
+    return writes
 
 
 def unreported_executions(frame: Leg) -> list[Write]:
-    """What records the executions of the calls ``frame`` started at top level and did not
-    report, whose output the state it resumed holds (none for a leg started fresh), timed
-    now; empty when there are none."""
-    waiting = {call_id: started for (scope, call_id), started in frame.started.items()
-               if scope == () and (scope, call_id) not in frame.executed}
-    if frame.resumed is None or not waiting:
+    """What records the executions of the calls ``frame`` started and did not report,
+    whose output the state it resumed holds (none for a leg started fresh), timed now;
+    empty when there are none."""
+    if frame.resumed is None:
         return []
-    outputs: dict[str, Any] = {}
-    for call_id, output in _committed(frame.resumed):
-        if call_id in waiting:
-            outputs.setdefault(call_id, output)
-    now = frame.journal.writer.clock()
-    writes: list[Write] = []
-    for call_id, output in outputs.items():
-        agent, tool, arguments = waiting[call_id]
-        frame.executed[(), call_id] = now
-        writes.append(methodcaller(
-            "execution", run_id=frame.run_id, call_id=call_id, arguments=arguments,
-            agent=agent, tool=tool, result=output, run_state=frame.run_state, time_ns=now,
-        ))
-    return writes
+    return _executions(frame, _committed(frame.resumed))
+
+
+def persisted_executions(frame: Leg, items: Iterable[Any]) -> list[Write]:
+    """What records the executions of the calls ``frame`` started and did not report whose
+    outputs are among ``items``, the items the SDK is persisting to the session (to be
+    appended before those items' ``session_item`` entries)."""
+    outputs = (output_item(item) for item in items)
+    return _executions(frame, (found for found in outputs if found is not None))
