@@ -1047,3 +1047,30 @@ async def test_an_output_persisted_before_a_failing_extractor_is_executed(
     found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
     assert [b["call_id"] for k, b in found if k == "execution"] == ["w-1"]
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_shell_policy_decided_per_call_binds_each_execution_to_its_call(
+    tmp_path: Path,
+):
+    ran: list[str] = []
+
+    async def only_the_first(context: Any, action: Any, call_id: str) -> bool:
+        return call_id == "s-1"
+
+    agent = _shell_agent(ran, [[_shell_call("s-1", "rm -rf /tmp/x"), _shell_call("s-2", "ls")],
+                               [assistant_message("done")]])
+    shell = agent.tools[0]
+    assert isinstance(shell, ShellTool)
+    shell.needs_approval = only_the_first
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "tidy up")).to_state()
+    assert ran == ["ls"] and [i.call_id for i in state.get_interruptions()] == ["s-1"]
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    await recorder.run(agent, state)
+
+    assert ran == ["ls", "rm -rf /tmp/x"]
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    assert [b["call_id"] for k, b in found if k == "execution"] == ["s-2", "s-1"]
+    assert [(b["call_id"], b["needs_approval"]) for k, b in found if k == "tool_policy"] == [
+        ("s-1", True), ("s-2", False)]
+    assert verify_ledger(Ledger(tmp_path)).violations == []

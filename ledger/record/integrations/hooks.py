@@ -129,6 +129,7 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
                     _wrap_guardrail(after, after_run=True)
             else:
                 wrap_approval_callbacks(tool)
+                _wrap_policy(current, tool)
     return agent
 
 
@@ -145,19 +146,27 @@ def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
                 return await invoke(context, arguments)
 
         tool.on_invoke_tool = ours(invoke_in_scope)
-    policy = tool.needs_approval
+    _wrap_policy(agent, tool)
+
+
+def _wrap_policy(agent: Agent[Any], tool: Any) -> None:
+    """Wrap ``tool``'s callable ``needs_approval`` (a function tool's, a shell's, an
+    apply_patch's, a custom tool's), once: :func:`_recorded_policy`."""
+    policy = getattr(tool, "needs_approval", None)
     if callable(policy) and not is_ours(policy):
         tool.needs_approval = ours(_recorded_policy(agent, tool, policy))
 
 
-def _recorded_policy(agent: Agent[Any], tool: FunctionTool, policy: Any) -> Any:
-    """``policy`` (a tool's callable ``needs_approval``, called with ``(context, params,
-    call_id)``), recording a ``tool_policy`` entry with what it decided in a recorded leg
-    (:func:`observed`: the app sees the kind of callable it gave)."""
+def _recorded_policy(agent: Agent[Any], tool: Any, policy: Any) -> Any:
+    """``policy`` (a tool's callable ``needs_approval``, called with ``(context, params or
+    action, call_id)``), recording a ``tool_policy`` entry with what it decided in a
+    recorded leg, and noting it in :attr:`Leg.gated` (:func:`observed`: the app sees the
+    kind of callable it gave)."""
 
     def record(args: tuple[Any, ...], decided: Any) -> None:
         frame = CURRENT_LEG.get()
         if frame is not None:  # else the tool serves an agent run without the recorder
+            frame.gated[frame.scope, args[2]] = bool(decided)
             frame.record(methodcaller(
                 "tool_policy", run_id=frame.run_id, agent=agent_label(agent),
                 tool=tool.name, needs_approval=bool(decided), scope=frame.scope,
@@ -362,7 +371,7 @@ def _record_start(context: Any, agent: Agent[Any], tool: Tool) -> None:
             frame.started[frame.scope, context.tool_call_id] = (
                 agent_label(agent), context.tool_name, context.tool_arguments)
         return
-    started = take_started(frame.native_calls, frame.scope, agent, tool, context)
+    started = take_started(frame.native_calls, frame.scope, agent, tool, context, frame.gated)
     if started is not None:  # a shell, apply_patch, computer or custom tool call
         frame.started[frame.scope, started[0]] = (agent_label(agent), tool.name, started[1])
         frame.running.setdefault((frame.scope, agent.name, tool.name), []).append(started[0])

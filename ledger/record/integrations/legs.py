@@ -63,6 +63,10 @@ class Leg:
     outputs of all of them when an agent output guardrail trips on a final output that came
     from tools; shared like ``handoff_calls``)."""
 
+    gated: dict[tuple[Scope, str], bool] = field(default_factory=dict, compare=False)
+    """What a tool's callable ``needs_approval`` decided per ``(scope, call_id)`` in this
+    leg (shared like ``handoff_calls``)."""
+
     labels: Labels = field(default_factory=dict, compare=False)
     """The label of each agent of the run's graph (see
     :mod:`~evidence_ledger.record.integrations.agent_labels`), in force while the leg's

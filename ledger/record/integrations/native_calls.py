@@ -9,7 +9,8 @@ A model response's items of these kinds are recorded as calls, like ``function_c
   its call; the others get a plain run context, so the call started is the first one of
   the agent's latest response for that tool (the SDK runs a kind's calls one after the
   other, in response order) that the SDK would run: not rejected, and approved when the
-  tool always needs approval (:func:`take_started`); the call that ends is the oldest one
+  tool always needs approval or its callable ``needs_approval`` gated that call
+  (:func:`take_started`); the call that ends is the oldest one
   started;
 - a hosted MCP call the provider ran after an approval request (``mcp_call`` naming its
   ``approval_request_id``) is the execution of that request's call, its output the result;
@@ -159,10 +160,13 @@ def pending_native_calls(state: Any) -> Pending:
 
 
 def take_started(
-    pending: Pending, scope: Scope, agent: Any, tool: Any, context: Any
+    pending: Pending, scope: Scope, agent: Any, tool: Any, context: Any,
+    gated: Mapping[tuple[Scope, str], bool],
 ) -> tuple[str, str] | None:
     """The ``(call_id, arguments)`` of the call ``tool`` starts for ``agent`` (see the
-    module docstring), removed from ``pending``; None if there is none."""
+    module docstring), removed from ``pending``; None if there is none. ``gated``: what a
+    callable ``needs_approval`` decided per ``(scope, call_id)`` in this leg (a call it
+    gated runs only once approved)."""
     calls = pending.get((scope, agent.name, tool.name))
     if not calls:
         return None
@@ -175,7 +179,8 @@ def take_started(
                 continue
         elif callable(approved):
             status = approved(tool.name, call_id)
-            if status is False or (always and status is not True):
+            needs = always or gated.get((scope, call_id)) is True
+            if status is False or (needs and status is not True):
                 continue
         del calls[index]
         return call_id, arguments
