@@ -1,18 +1,19 @@
-"""How the ledger names agents: by their name, told apart when two agents of one run's
-graph share it.
+"""How the ledger names agents: as the SDK tells them apart when two agents of one run's
+graph share a name.
 
 The SDK (0.24) keeps a sticky decision (``always_approve`` / ``always_reject``) per agent
-object, and finds the agents of a restored ``RunState`` by their place in the graph of its
-starting agent, so two agents with one name are two agents to it. The ledger keys calls and
-sticky decisions by the ``agent`` string it records. The recorder labels the graph of the
-run's starting agent (a resumed state's own starting agent, whatever agent the app passes
-along) for each leg and each decision (:func:`graph_labels`): agents reachable through
-handoffs (bare or ``handoff(agent)`` objects) and ``Agent.as_tool``, breadth first, in the
-order they are listed. An agent whose name is unique there is recorded by its name; the
-second, third, ... agent of a shared name in that order as ``"<name>#2"``, ``"<name>#3"``.
-A graph rebuilt the same way (``clone()``, a restore in another process) gets the same
-labels. The labels hold for the code run inside :func:`labelled` (a context variable: two
-runs at once, from different starting agents, each keep their own).
+object, and a ``RunState`` (every release since 0.20) names each agent of its starting
+agent's graph by an
+*identity*: its name when unique, else ``"<name>#2"``, ``"<name>#3"``, ... in an order of its
+own (the agents' configuration: instructions, hooks, tools, ..., then graph position), so
+that a graph rebuilt in another process, even with its handoffs listed in another order,
+gets the same identities. The ledger keys calls and sticky decisions by the ``agent``
+string it records, and records exactly those identities (:func:`graph_labels`, read from
+the SDK's own ``_build_agent_identity_keys_by_id``, in ``agents.run_state`` in every
+supported release). The graph is the run's starting agent's (a resumed state's own starting
+agent, whatever agent the app passes along), labelled for each leg and each decision. The
+labels hold for the code run inside :func:`labelled` (a context variable: two runs at once,
+from different starting agents, each keep their own).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any
 
-from agents import Agent, Handoff
+from agents import Agent, Handoff, run_state
 
 __all__ = ["agent_label", "graph_labels", "labelled", "reachable_agents", "starting_agent"]
 
@@ -67,13 +68,14 @@ def starting_agent(agent: Agent[Any], input: Any) -> Agent[Any]:
 
 
 def graph_labels(root: Agent[Any]) -> Labels:
-    """The label of each agent of ``root``'s graph (see the module docstring)."""
-    seen: dict[str, int] = {}
-    labels = {}
-    for agent in reachable_agents(root):
-        rank = seen[agent.name] = seen.get(agent.name, 0) + 1
-        labels[id(agent)] = agent.name if rank == 1 else f"{agent.name}#{rank}"
-    return labels
+    """The SDK's identity of each agent of ``root``'s graph, by ``id(agent)`` (see the
+    module docstring); empty, so agents go by their names, for a graph the SDK cannot name
+    (it then refuses to serialise a state of it too)."""
+    try:
+        identities = run_state._build_agent_identity_keys_by_id(root)
+    except Exception:
+        return {}
+    return identities if isinstance(identities, dict) else {}
 
 
 @contextlib.contextmanager

@@ -97,8 +97,9 @@ one whose ``stream_events()`` is never called gets no ``run_end``, and one stopp
 (``custom_data_extractor``, an ``on_tool_end`` hook), from the output the SDK committed when
 the leg ends (:mod:`evidence_ledger.record.integrations.published`: only for the top-level
 agent of a leg that resumed a state; a fresh leg's or a nested agent's such call stays
-without evidence); two agents with one name in one graph are recorded as ``name``,
-``name#2``, ... (:mod:`evidence_ledger.record.integrations.agent_labels`); a handoff is
+without evidence); two agents with one name in one graph are recorded by the SDK's
+``RunState`` identities ``name``, ``name#2``, ...
+(:mod:`evidence_ledger.record.integrations.agent_labels`); a handoff is
 recorded as its call and an execution whose result is the
 transfer message the SDK persists (also when the SDK runs it in a leg resumed from a
 ``RunState``); the run states of agents run through ``Agent.as_tool`` are the SDK's own and not
