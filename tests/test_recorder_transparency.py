@@ -1074,3 +1074,21 @@ async def test_a_shell_policy_decided_per_call_binds_each_execution_to_its_call(
     assert [(b["call_id"], b["needs_approval"]) for k, b in found if k == "tool_policy"] == [
         ("s-1", True), ("s-2", False)]
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_an_agent_tools_invoker_is_left_to_the_sdk(tmp_path: Path):
+    expert = Agent(name="expert", model=ScriptedModel([
+        ModelStep(output=[assistant_message("42")])]))
+    tool = expert.as_tool(tool_name="ask", tool_description="Ask the expert")
+    invoker = tool.on_invoke_tool
+    agent = Agent(name="a", tools=[tool], model=ScriptedModel([
+        ModelStep(output=[function_call("ask", {"input": "q"}, call_id="c-1")]),
+        ModelStep(output=[assistant_message("done")])]))
+    assert (await Recorder(tmp_path).run(agent, "go")).final_output == "done"
+
+    assert tool.on_invoke_tool is invoker  # a copy of the tool rebinds the SDK's own
+    calls = {e.body["call_id"]: e.body["scope"] for e, _ in Ledger(tmp_path).entries()
+             if e.kind == "call"}
+    assert calls == {"c-1": []}  # the expert made no call; its run was in the tool's scope
+    runs = [e.body["scope"] for e, _ in Ledger(tmp_path).entries() if e.kind == "run_end"]
+    assert runs == [[]]

@@ -1,7 +1,6 @@
-"""Recording what agents do: run hooks that record calls and executions (of function tools,
-and of handoffs); function-tool wrappers that record callable approval policies and set
-the scope of nested (agent-as-tool) calls; and tool and agent output guardrails, wrapped in
-place, that record their blocks.
+"""Recording what agents do: run hooks that record calls and executions (of every tool kind,
+and of handoffs); wrappers of callable approval policies that record what they decide; and
+tool and agent output guardrails, wrapped in place, that record their blocks.
 
 Nothing is set on an agent: the SDK's ``RunState`` identifies agents by, among others, the
 type of their hooks, so agent hooks of ours would change it. The recorder gives its
@@ -14,14 +13,14 @@ through unchanged when no recorded leg runs.
 Scope: a call's identity is ``(run_id, scope, call_id)``. ``scope`` is empty at the top
 agent; inside an agent run through ``Agent.as_tool`` it gains the edge
 ``"<tool name>:<call_id of the tool call>"``, e.g. ``["ask_expert:call_7"]``, one edge per
-level of nesting. The edge is set while the agent tool runs (a context variable), so the
-nested agent's calls, executions and policies carry it, on resume as well.
+level of nesting. The nested agent's run is given a leg in that scope when it starts
+(:mod:`~evidence_ledger.record.integrations.nested_runs`), so its calls, executions and
+policies carry it, on resume as well; the agent tool itself is left as the SDK made it.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
 from operator import methodcaller
 from typing import Any
 
@@ -47,7 +46,7 @@ from openai.types.responses import ResponseFunctionToolCall
 
 from evidence_ledger.record.integrations.agent_labels import agent_label, reachable_agents
 from evidence_ledger.record.integrations.approval_callbacks import wrap_approval_callbacks
-from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg, entered
+from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg
 from evidence_ledger.record.integrations.native_calls import (
     ProviderRun,
     native_call,
@@ -109,7 +108,7 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
 
     Reachable: agents run through ``Agent.as_tool``, and the agents ``handoffs`` lead to
     (listed bare, or as ``handoff(agent)`` objects).
-    Wraps each agent's function tools (agent-as-tool scope, callable ``needs_approval``),
+    Wraps each agent's tools' callable ``needs_approval`` and approval callbacks,
     their tool input and output guardrails and the agent's output guardrails (also ones
     added since the last call). Idempotent; the wrappers record through whichever
     :class:`Recorder` runs the agent (a tool object shared by several agents names the
@@ -122,7 +121,7 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
         for tool in current.tools:
             if isinstance(tool, FunctionTool):
                 if claim(tool):
-                    _wrap_tool(current, tool)
+                    _wrap_policy(current, tool)
                 for before in tool.tool_input_guardrails or ():  # also ones added later
                     _wrap_guardrail(before, after_run=False)
                 for after in tool.tool_output_guardrails or ():
@@ -131,22 +130,6 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
                 wrap_approval_callbacks(tool)
                 _wrap_policy(current, tool)
     return agent
-
-
-def _wrap_tool(agent: Agent[Any], tool: FunctionTool) -> None:
-    invoke = tool.on_invoke_tool
-    if getattr(tool, "_agent_instance", None) is not None and not is_ours(invoke):
-
-        async def invoke_in_scope(context: ToolContext[Any], arguments: str) -> Any:
-            outer = CURRENT_LEG.get()
-            if outer is None:  # the tool also serves an agent run without the recorder
-                return await invoke(context, arguments)
-            edge = f"{context.tool_name}:{context.tool_call_id}"
-            with entered(replace(outer, scope=(*outer.scope, edge)), agent_tool=True):
-                return await invoke(context, arguments)
-
-        tool.on_invoke_tool = ours(invoke_in_scope)
-    _wrap_policy(agent, tool)
 
 
 def _wrap_policy(agent: Agent[Any], tool: Any) -> None:

@@ -79,12 +79,6 @@ class Leg:
 
 CURRENT_LEG: ContextVar[Leg | None] = ContextVar("evidence_ledger_frame", default=None)
 
-AGENT_TOOL: ContextVar[bool] = ContextVar("evidence_ledger_agent_tool", default=False)
-"""True while an agent tool (``Agent.as_tool``) of a recorded leg starts its agent's run:
-that run is recorded, in the tool's scope (see
-:mod:`~evidence_ledger.record.integrations.nested_runs`)."""
-
-
 def current_leg() -> Leg:
     """The leg the running code belongs to.
 
@@ -99,13 +93,12 @@ def current_leg() -> Leg:
 
 
 @contextlib.contextmanager
-def entered(frame: Leg | None, agent_tool: bool = False) -> Iterator[None]:
+def entered(frame: Leg | None) -> Iterator[None]:
     """Make ``frame`` the current leg (None: no leg) for the code run inside the ``with``
-    block; ``agent_tool``: the block is an agent tool starting its agent's run."""
-    token, tool_token = CURRENT_LEG.set(frame), AGENT_TOOL.set(agent_tool)
+    block."""
+    token = CURRENT_LEG.set(frame)
     try:
         with labelled(frame.labels if frame is not None else {}):
             yield
     finally:
-        AGENT_TOOL.reset(tool_token)
         CURRENT_LEG.reset(token)

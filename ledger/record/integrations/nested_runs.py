@@ -3,15 +3,16 @@ leg's run hooks, in the tool's scope.
 
 The SDK starts such a run with ``Runner.run`` / ``Runner.run_streamed``, which hand it to the
 default agent runner (``agents.run.get_default_agent_runner()``), with the run hooks given to
-``as_tool`` (usually none), not the hooks of the run the tool belongs to. So before each leg
-the recorder makes the default runner a :class:`RecordingRunner` wrapping whatever runner was
-the default (the SDK's extension point for this; an app that sets its own default runner later
-is wrapped again at the next leg). It changes nothing of a run but its hooks:
+``as_tool`` (usually none), not the hooks of the run the tool belongs to, and with a
+``ToolContext`` naming the tool call (every release since 0.20). So before each leg the
+recorder makes the default runner a :class:`RecordingRunner` wrapping whatever runner was
+the default (the SDK's extension point for this; an app that sets its own default runner
+later is wrapped again at the next leg). It changes nothing of a run but its hooks:
 
-- a run an agent tool of a recorded leg starts (marked by
-  :data:`~evidence_ledger.record.integrations.legs.AGENT_TOOL`) gets
-  :class:`~evidence_ledger.record.integrations.hooks.RecordingRunHooks` wrapping the hooks it
-  was given;
+- a run of the agent of one of the calling agent's agent tools, given that call's
+  ``ToolContext``, runs in a leg in the scope of that call (edge ``"<tool name>:<call_id>"``)
+  with :class:`~evidence_ledger.record.integrations.hooks.RecordingRunHooks` wrapping the
+  hooks it was given;
 - any other run started inside a recorded leg (a tool that runs an agent of its own) runs
   outside the leg: it is not recorded, as it would not be from a plain app;
 - a run outside any recorded leg, and the recorder's own run of a leg, are passed on as
@@ -22,12 +23,14 @@ from __future__ import annotations
 
 import contextlib
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
+from agents.tool_context import ToolContext
 
 from evidence_ledger.record.integrations.hooks import RecordingRunHooks
-from evidence_ledger.record.integrations.legs import AGENT_TOOL, CURRENT_LEG, entered
+from evidence_ledger.record.integrations.legs import CURRENT_LEG, entered
 
 __all__ = ["RecordingRunner", "install_runner"]
 
@@ -40,12 +43,12 @@ class RecordingRunner(AgentRunner):
         self.inner = inner
 
     async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
-        placed, kwargs = _placed(kwargs)
+        placed, kwargs = _placed(starting_agent, kwargs)
         with placed:
             return await self.inner.run(starting_agent, input, **kwargs)
 
     def run_streamed(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
-        placed, kwargs = _placed(kwargs)
+        placed, kwargs = _placed(starting_agent, kwargs)
         with placed:  # the SDK's run task copies the context variables as they are here
             return self.inner.run_streamed(starting_agent, input, **kwargs)
 
@@ -53,17 +56,30 @@ class RecordingRunner(AgentRunner):
         return self.inner.run_sync(starting_agent, input, **kwargs)
 
 
-def _placed(kwargs: dict[str, Any]) -> tuple[AbstractContextManager[None], dict[str, Any]]:
-    """Where a run started now belongs (the leg to run it in) and its arguments: a run
-    outside any recorded leg, or the recorder's own run of a leg (its hooks are recording
-    ones), as it is; an agent-tool run in the leg with recording hooks (its own agent tools
-    mark their runs again); any other run outside the leg."""
-    hooks = kwargs.get("hooks")
-    if CURRENT_LEG.get() is None or isinstance(hooks, RecordingRunHooks):
+def _placed(
+    starting_agent: Any, kwargs: dict[str, Any]
+) -> tuple[AbstractContextManager[None], dict[str, Any]]:
+    """Where a run started now belongs (the leg to run it in) and its arguments (see the
+    module docstring)."""
+    leg, hooks = CURRENT_LEG.get(), kwargs.get("hooks")
+    if leg is None or isinstance(hooks, RecordingRunHooks):
         return contextlib.nullcontext(), kwargs
-    if AGENT_TOOL.get():
-        return entered(CURRENT_LEG.get()), {**kwargs, "hooks": RecordingRunHooks(hooks)}
-    return entered(None), kwargs
+    edge = _agent_tool_edge(starting_agent, kwargs.get("context"))
+    if edge is None:
+        return entered(None), kwargs
+    nested = replace(leg, scope=(*leg.scope, edge))
+    return entered(nested), {**kwargs, "hooks": RecordingRunHooks(hooks)}
+
+
+def _agent_tool_edge(starting_agent: Any, context: Any) -> str | None:
+    """The scope edge of the agent-tool call whose ``ToolContext`` is ``context``, when
+    ``starting_agent`` is the agent of one of the calling agent's tools; else None."""
+    if not isinstance(context, ToolContext):
+        return None
+    tools = getattr(getattr(context, "agent", None), "tools", None) or ()
+    if not any(getattr(tool, "_agent_instance", None) is starting_agent for tool in tools):
+        return None
+    return f"{context.tool_name}:{context.tool_call_id}"
 
 
 def install_runner() -> None:
