@@ -1092,3 +1092,38 @@ async def test_an_agent_tools_invoker_is_left_to_the_sdk(tmp_path: Path):
     assert calls == {"c-1": []}  # the expert made no call; its run was in the tool's scope
     runs = [e.body["scope"] for e, _ in Ledger(tmp_path).entries() if e.kind == "run_end"]
     assert runs == [[]]
+
+
+async def test_a_nested_output_published_before_a_failing_extractor_is_executed(
+    tmp_path: Path,
+):
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True, custom_data_extractor=_boom)
+    def issue_credit(amount: str) -> str:
+        """Credit (gated); its extractor fails after the SDK published the output."""
+        ran.append(amount)
+        return f"credited {amount}"
+
+    billing = Agent(name="billing", tools=[issue_credit], model=ScriptedModel([
+        ModelStep(output=[function_call("issue_credit", {"amount": "5"}, call_id="n-1")]),
+        ModelStep(output=[assistant_message("credited")]),
+    ]))
+    agent = Agent(name="support", tools=[billing.as_tool(
+        tool_name="ask_billing", tool_description="Ask billing")], model=ScriptedModel([
+            ModelStep(output=[function_call("ask_billing", {"input": "credit 5"},
+                                            call_id="c-1")]),
+            ModelStep(output=[assistant_message("done")]),
+        ]))
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "go")).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    again = await recorder.run(agent, state)  # the SDK pauses on n-1 again: it ran once
+    assert [i.call_id for i in again.interruptions] == ["n-1"] and ran == ["5"]
+    done = await recorder.run(agent, again.to_state())
+
+    assert done.final_output == "done" and ran == ["5"]
+    executions = [(e.body["scope"], e.body["call_id"]) for e, _ in Ledger(tmp_path).entries()
+                  if e.kind == "execution"]
+    assert executions[0] == (["ask_billing:c-1"], "n-1")
+    assert verify_ledger(Ledger(tmp_path)).violations == []

@@ -17,6 +17,10 @@ later is wrapped again at the next leg). It changes nothing of a run but its hoo
   outside the leg: it is not recorded, as it would not be from a plain app;
 - a run outside any recorded leg, and the recorder's own run of a leg, are passed on as
   they are.
+
+An agent-tool run that resumes its agent's ``RunState`` and ends (or fails) with a call its
+tool's hooks never reported gets that call's execution from the output the SDK committed
+in that state (:func:`~evidence_ledger.record.integrations.published.committed_executions`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from agents.tool_context import ToolContext
 
 from evidence_ledger.record.integrations.hooks import RecordingRunHooks
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, entered
+from evidence_ledger.record.integrations.published import committed_executions
 
 __all__ = ["RecordingRunner", "install_runner"]
 
@@ -45,7 +50,13 @@ class RecordingRunner(AgentRunner):
     async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
         placed, kwargs = _placed(starting_agent, kwargs)
         with placed:
-            return await self.inner.run(starting_agent, input, **kwargs)
+            try:
+                return await self.inner.run(starting_agent, input, **kwargs)
+            finally:
+                leg = CURRENT_LEG.get()
+                if leg is not None and leg.scope and placed is not _AS_IT_IS:
+                    for execution in committed_executions(leg, input):
+                        leg.record(execution)
 
     def run_streamed(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
         placed, kwargs = _placed(starting_agent, kwargs)
@@ -56,6 +67,10 @@ class RecordingRunner(AgentRunner):
         return self.inner.run_sync(starting_agent, input, **kwargs)
 
 
+_AS_IT_IS = contextlib.nullcontext()
+"""Where a run outside any recorded leg, or the recorder's own run of a leg, belongs."""
+
+
 def _placed(
     starting_agent: Any, kwargs: dict[str, Any]
 ) -> tuple[AbstractContextManager[None], dict[str, Any]]:
@@ -63,7 +78,7 @@ def _placed(
     module docstring)."""
     leg, hooks = CURRENT_LEG.get(), kwargs.get("hooks")
     if leg is None or isinstance(hooks, RecordingRunHooks):
-        return contextlib.nullcontext(), kwargs
+        return _AS_IT_IS, kwargs
     edge = _agent_tool_edge(starting_agent, kwargs.get("context"))
     if edge is None:
         return entered(None), kwargs

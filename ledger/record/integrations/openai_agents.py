@@ -142,7 +142,7 @@ from evidence_ledger.record.integrations.hooks import (
 from evidence_ledger.record.integrations.legs import Leg, entered
 from evidence_ledger.record.integrations.native_calls import pending_native_calls
 from evidence_ledger.record.integrations.nested_runs import install_runner
-from evidence_ledger.record.integrations.published import unreported_executions
+from evidence_ledger.record.integrations.published import committed_executions
 from evidence_ledger.record.integrations.recorded_session import is_recorded, recorded_session
 from evidence_ledger.record.integrations.run_states import (
     StateInfo,
@@ -294,7 +294,7 @@ class Recorder:
         info = state_info(frame.resumed) if frame.resumed is not None else None
         with labelled(frame.labels):
             ended = state_entry(frame.resumed, info, "ended") if info is not None else None
-        unreported = unreported_executions(frame)
+        unreported = committed_executions(frame, frame.resumed)
 
         def end(writer: EvidenceWriter) -> None:
             for execution in unreported:  # published, though on_tool_end never came

@@ -10,12 +10,13 @@ SDK started (``on_tool_start``, :attr:`~evidence_ledger.record.integrations.legs
 such a call still unreported gets its execution recorded, with its output as the SDK
 committed it (an output mutated after publication does not change it), when the first of
 these comes: the SDK writes that output to the session (before the ``session_item``
-entry), or the leg, resuming a state, ends with the output held in that state. A call with
-no committed output records nothing: its tool did not complete.
+entry), or the leg, resuming a state, ends with the output held in that state (an agent
+tool's run resuming its agent's state too). A call with no committed output records
+nothing: its tool did not complete.
 
 Only the calls of the leg's own scope are looked for: the session and the state a leg
 resumed hold its items (those of agents run through ``Agent.as_tool`` are in their own
-runs).
+runs). A fresh agent-tool run whose tool's callback fails leaves its call without evidence.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from operator import methodcaller
 from typing import Any
 
+from agents import RunState
+
 from evidence_ledger.record.integrations.group_commit import Write
 from evidence_ledger.record.integrations.legs import Leg
 from evidence_ledger.record.integrations.native_calls import item_field, payload_text
 
-__all__ = ["output_item", "persisted_executions", "unreported_executions"]
+__all__ = ["committed_executions", "output_item", "persisted_executions"]
 
 OUTPUT_TYPES = frozenset({
     "function_call_output", "custom_tool_call_output", "shell_call_output",
@@ -88,13 +91,13 @@ def _executions(frame: Leg, outputs: Iterable[tuple[str, Any]]) -> list[Write]:
     return writes
 
 
-def unreported_executions(frame: Leg) -> list[Write]:
-    """What records the executions of the calls ``frame`` started and did not report,
-    whose output the state it resumed holds (none for a leg started fresh), timed now;
-    empty when there are none."""
-    if frame.resumed is None:
+def committed_executions(frame: Leg, state: Any) -> list[Write]:
+    """What records the executions of the calls ``frame`` started in its scope and did not
+    report, whose output ``state`` (the ``RunState`` the leg resumed; anything else: none)
+    holds, timed now; empty when there are none."""
+    if not isinstance(state, RunState):
         return []
-    return _executions(frame, _committed(frame.resumed))
+    return _executions(frame, _committed(state))
 
 
 def persisted_executions(frame: Leg, items: Iterable[Any]) -> list[Write]:
