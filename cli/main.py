@@ -129,8 +129,9 @@ def log_(
         body = row["body"]
         summary = " ".join(
             f"{k}={v}" for k, v in body.items()
-            if v not in (None, [], "") and k in ("run_id", "call_id", "agent", "tool", "decision",
-                                                  "approver", "status", "item_type", "session_id")
+            if v not in (None, [], "") and k in ("run_id", "event", "call_id", "agent", "tool",
+                                                  "decision", "approver", "status", "item_type",
+                                                  "session_id")
         )
         _print_entry_line(row, summary)
 

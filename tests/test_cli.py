@@ -131,6 +131,14 @@ def test_log_filters_and_trace(tmp_path):
     assert run_cli("trace", "nope", "--ledger", str(tmp_path)).code == 2
 
 
+def test_log_names_the_event_of_each_run_state_entry(tmp_path):
+    source = DATA / "rules" / "state_isolation.jsonl"
+    assert run_cli("ingest", str(source), "--ledger", str(tmp_path)).code == 0
+    lines = run_cli("log", "--ledger", str(tmp_path), "--kind", "run_state").out.splitlines()
+    assert [line.split()[3] for line in lines] == [
+        "event=to_state", "event=to_state", "event=resume"]
+
+
 def test_verify_says_when_checkpoints_are_missing_or_unchecked(tmp_path):
     from evidence_ledger.record.checkpointing import create_checkpoint
     from evidence_ledger.tlog.note import Signer
