@@ -427,16 +427,23 @@ async def test_a_shell_call_run_without_its_approval_is_reported(tmp_path: Path)
     assert "approval_binding" in rules
 
 
-async def test_a_state_retried_after_a_failed_leg_stays_in_its_run(tmp_path: Path):
-    class FailingOnce(SQLiteSession):
-        fail = False
+class FailingOnce(SQLiteSession):
+    """A session whose next append fails once ``fail`` is set."""
 
-        async def add_items(self, items: list[Any]) -> None:
-            if self.fail:
-                self.fail = False
-                raise RuntimeError("session append failed")
-            await super().add_items(items)
+    fail = False
 
+    async def add_items(self, items: list[Any]) -> None:
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("session append failed")
+        await super().add_items(items)
+
+
+async def _retried_after_a_failed_append(
+    tmp_path: Path, edit: Any = lambda state: None
+) -> None:
+    """A gated call approved, its leg failing at the session append, then retried from the
+    state's JSON (changed by ``edit`` first) by another recorder."""
     session = FailingOnce("s", ":memory:")
     agent = _gated_agent()
     recorder = Recorder(tmp_path)
@@ -446,7 +453,12 @@ async def test_a_state_retried_after_a_failed_leg_stays_in_its_run(tmp_path: Pat
     with pytest.raises(RuntimeError, match="session append failed"):
         await recorder.run(agent, state, session=session)  # the SDK updates `state`
     retry = await RunState.from_json(agent, state.to_json())
+    edit(retry)
     await Recorder(tmp_path).run(agent, retry, session=session)
+
+
+async def test_a_state_retried_after_a_failed_leg_stays_in_its_run(tmp_path: Path):
+    await _retried_after_a_failed_append(tmp_path)
 
     found = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "run_state"]
     assert [b["event"] for b in found] == [
@@ -643,26 +655,8 @@ async def test_a_native_output_published_before_a_failing_extractor_is_executed(
 
 
 async def test_a_state_whose_json_was_edited_is_found_by_the_calls_it_holds(tmp_path: Path):
-    class FailingOnce(SQLiteSession):
-        fail = False
-
-        async def add_items(self, items: list[Any]) -> None:
-            if self.fail:
-                self.fail = False
-                raise RuntimeError("session append failed")
-            await super().add_items(items)
-
-    session = FailingOnce("s", ":memory:")
-    agent = _gated_agent()
-    recorder = Recorder(tmp_path)
-    state = (await recorder.run(agent, "pay", session=session)).to_state()
-    recorder.approve(state, state.get_interruptions()[0], approver="ann")
-    session.fail = True
-    with pytest.raises(RuntimeError, match="session append failed"):
-        await recorder.run(agent, state, session=session)
-    retry = await RunState.from_json(agent, state.to_json())
-    retry.add_input("and the receipt?")  # its digest is no longer one the ledger holds
-    await Recorder(tmp_path).run(agent, retry, session=session)
+    # its digest is no longer one the ledger holds
+    await _retried_after_a_failed_append(tmp_path, lambda state: state.add_input("receipt?"))
 
     found = [e.body for e, _ in Ledger(tmp_path).entries() if e.kind == "run_state"]
     assert [b["event"] for b in found] == [
