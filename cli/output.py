@@ -192,4 +192,8 @@ def print_chains(rows: list[el.CallChain]) -> None:
             short(r.args_digest), decided, "yes" if r.status == "executed" else "no",
             str(r.persisted), status,
         )
+    if any(r.scope for r in rows):
+        table.caption = ("persisted: session items holding the call's output; a nested "
+                         "(agent-as-tool) call's output goes to its agent's run, not the session")
+        table.caption_justify = "left"
     stdout.print(table)

@@ -226,6 +226,7 @@ def test_demo_into_the_current_empty_directory_keeps_its_key_outside(tmp_path, m
     result = run_cli("demo", "--ledger", ".")
     assert result.code == 0, result.err
     assert (tmp_path / "fresh-signing.key").is_file() and (fresh / "log.bin").is_file()
+    assert "a nested (agent-as-tool) call's output goes to its agent's run" in result.out
 
 
 def _first_call_args(ledger) -> str:
