@@ -36,6 +36,7 @@ from agents import (
     function_tool,
     handoff,
     output_guardrail,
+    tool_namespace,
 )
 from agents.mcp import MCPServerStdio
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -1120,4 +1121,47 @@ async def test_a_nested_output_published_before_a_failing_extractor_is_executed(
     executions = [(e.body["scope"], e.body["call_id"]) for e, _ in Ledger(tmp_path).entries()
                   if e.kind == "execution"]
     assert executions[0] == (["ask_billing:c-1"], "n-1")
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+# -- tools with one name in two namespaces --------------------------------------------------
+
+
+@function_tool(name_override="refund")
+def shop_refund(amount: int) -> str:
+    """Refund as store credit."""
+    return f"credit {amount}"
+
+
+@function_tool(name_override="refund", needs_approval=True)
+def bank_refund(amount: int) -> str:
+    """Refund to the bank (gated)."""
+    return f"bank {amount}"
+
+
+def _namespaced(call_id: str, namespace: str) -> Any:
+    return function_call("refund", {"amount": 3}, call_id=call_id).model_copy(
+        update={"namespace": namespace})
+
+
+async def test_tools_of_one_name_in_two_namespaces_are_told_apart(tmp_path: Path):
+    tools = [*tool_namespace(name="shop", description="Shop", tools=[shop_refund]),
+             *tool_namespace(name="bank", description="Bank", tools=[bank_refund])]
+    agent = Agent(name="cashier", tools=tools, model=ScriptedModel([
+        ModelStep(output=[_namespaced("r-shop", "shop"), _namespaced("r-bank", "bank")]),
+        ModelStep(output=[assistant_message("done")]),
+    ]))
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "refund")).to_state()
+    assert [i.call_id for i in state.get_interruptions()] == ["r-bank"]
+    recorder.approve(state, state.get_interruptions()[0], approver="ann", always=True)
+    assert (await recorder.run(agent, state)).final_output == "done"
+
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    assert {(b["call_id"], b["tool"], b["needs_approval"]) for k, b in found if k == "call"} == {
+        ("r-shop", "shop.refund", False), ("r-bank", "bank.refund", True)}
+    assert [(b["call_id"], b["tool"]) for k, b in found if k == "decision"] == [
+        ("r-bank", "bank.refund")]
+    assert {(b["call_id"], b["tool"]) for k, b in found if k == "execution"} == {
+        ("r-shop", "shop.refund"), ("r-bank", "bank.refund")}
     assert verify_ledger(Ledger(tmp_path)).violations == []

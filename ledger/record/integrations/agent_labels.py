@@ -1,5 +1,11 @@
-"""How the ledger names agents: as the SDK tells them apart when two agents of one run's
-graph share a name.
+"""How the ledger names agents and function tools: as the SDK tells them apart when two
+agents of one run's graph share a name, or two tools of one agent a name in two namespaces.
+
+Tools: a function tool put in a namespace (``tool_namespace(name=..., tools=[...])``) is
+recorded by the SDK's qualified name ``"<namespace>.<name>"`` (its calls carry the
+namespace; the SDK's synthetic namespace of a deferred top-level tool, its own name, is
+left out), so the approval policy, decisions and executions of ``shop.refund`` are never
+taken for those of ``bank.refund`` (:func:`tool_label`).
 
 The SDK (0.24) keeps a sticky decision (``always_approve`` / ``always_reject``) per agent
 object, and a ``RunState`` (every release since 0.20) names each agent of its starting
@@ -26,7 +32,10 @@ from typing import Any
 
 from agents import Agent, Handoff, run_state
 
-__all__ = ["agent_label", "graph_labels", "labelled", "reachable_agents", "starting_agent"]
+__all__ = [
+    "agent_label", "approval_tool", "function_tool_label", "graph_labels", "labelled",
+    "reachable_agents", "starting_agent", "tool_label",
+]
 
 Labels = Mapping[int, str]
 """``id(agent)`` -> label, for the agents of one graph."""
@@ -93,3 +102,23 @@ def agent_label(agent: Any) -> str:
     its name (``""`` for an object without one)."""
     found = _LABELS.get().get(id(agent))
     return found if found is not None else str(getattr(agent, "name", None) or "")
+
+
+def tool_label(name: Any, namespace: Any = None) -> str:
+    """The string the ledger records for the function tool ``name`` of ``namespace`` (a
+    call's, a tool context's or an approval item's; None: none): see the module
+    docstring."""
+    text = str(name or "")
+    if isinstance(namespace, str) and namespace and namespace != text:
+        return f"{namespace}.{text}"
+    return text
+
+
+def function_tool_label(tool: Any) -> str:
+    """:func:`tool_label` of a tool object (its namespace as ``tool_namespace`` set it)."""
+    return tool_label(getattr(tool, "name", None), getattr(tool, "_tool_namespace", None))
+
+
+def approval_tool(item: Any) -> str:
+    """:func:`tool_label` of the tool a ``ToolApprovalItem`` asks about."""
+    return tool_label(getattr(item, "tool_name", None), getattr(item, "tool_namespace", None))

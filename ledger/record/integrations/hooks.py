@@ -44,7 +44,12 @@ from agents.tool_guardrails import (
 )
 from openai.types.responses import ResponseFunctionToolCall
 
-from evidence_ledger.record.integrations.agent_labels import agent_label, reachable_agents
+from evidence_ledger.record.integrations.agent_labels import (
+    agent_label,
+    function_tool_label,
+    reachable_agents,
+    tool_label,
+)
 from evidence_ledger.record.integrations.approval_callbacks import wrap_approval_callbacks
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg
 from evidence_ledger.record.integrations.native_calls import (
@@ -152,7 +157,7 @@ def _recorded_policy(agent: Agent[Any], tool: Any, policy: Any) -> Any:
             frame.gated[frame.scope, args[2]] = bool(decided)
             frame.record(methodcaller(
                 "tool_policy", run_id=frame.run_id, agent=agent_label(agent),
-                tool=tool.name, needs_approval=bool(decided), scope=frame.scope,
+                tool=function_tool_label(tool), needs_approval=bool(decided), scope=frame.scope,
                 policy="callable", call_id=args[2], time_ns=frame.journal.writer.clock(),
             ))
 
@@ -207,7 +212,7 @@ def _wrap_guardrail(
             ran = _record_ran(data.context, data.agent, data.output)  # tell them by it
         if blocked:
             _record_block(data.context.tool_call_id, agent_label(data.agent),
-                          data.context.tool_name, name, verdict.behavior.get("message"),
+                          _context_tool(data.context), name, verdict.behavior.get("message"),
                           ran if after_run else None)
         return verdict
 
@@ -239,6 +244,17 @@ def _wrap_output_guardrail(guardrail: OutputGuardrail[Any]) -> None:
     guardrail.guardrail_function = named_as(recorded, check)
 
 
+def _call_tool(item: Any) -> str:
+    """The tool a ``function_call`` item names, as the ledger records it (its namespace
+    too: :func:`tool_label`)."""
+    return tool_label(_field(item, "name"), _field(item, "namespace"))
+
+
+def _context_tool(context: Any) -> str:
+    """The function tool a ``ToolContext`` runs, as the ledger records it."""
+    return tool_label(context.tool_name, getattr(context, "tool_namespace", None))
+
+
 def _handoffs(agent: Agent[Any]) -> dict[str, Handoff[Any, Any]]:
     """The agent's handoffs by tool name (an ``Agent`` listed bare: the SDK's default)."""
     made = (h if isinstance(h, Handoff) else handoff(h) for h in agent.handoffs)
@@ -258,25 +274,25 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
             for item in calls if _field(item, "name") in names
         ]
     frame.response_calls[frame.scope, agent.name] = [
-        (_field(item, "call_id"), _field(item, "name")) for item in calls]
-    tools = {t.name: t for t in agent.tools if isinstance(t, FunctionTool)}
+        (_field(item, "call_id"), _call_tool(item)) for item in calls]
+    tools = {function_tool_label(t): t for t in agent.tools if isinstance(t, FunctionTool)}
     others = {getattr(t, "name", None) for t in agent.tools if not isinstance(t, FunctionTool)}
     clock = frame.journal.writer.clock
     found = []
     for item in calls:
-        name = _field(item, "name")
+        name, tool_name = _field(item, "name"), _call_tool(item)
         if name in others and name not in tools:  # a function-shaped call of, say, apply_patch
             frame.native_calls.setdefault((frame.scope, agent.name, name), []).append(
                 (_field(item, "call_id"), _field(item, "arguments")))
         gated: bool | None  # a callable policy decides per call: None
-        if name in tools:
-            policy = tools[name].needs_approval
+        if tool_name in tools:
+            policy = tools[tool_name].needs_approval
             gated = policy if isinstance(policy, bool) else None
         else:  # an MCP server's tool, unless it is a handoff or a tool of another kind
             gated = None if name in names or name in others else mcp_server_policy(agent, name)
         found.append(methodcaller(
             "call", run_id=frame.run_id, call_id=_field(item, "call_id"),
-            agent=agent_label(agent), tool=name, arguments=_field(item, "arguments"),
+            agent=agent_label(agent), tool=tool_name, arguments=_field(item, "arguments"),
             scope=frame.scope, needs_approval=gated,
             response_id=response.response_id, time_ns=clock(),
         ))
@@ -352,7 +368,7 @@ def _record_start(context: Any, agent: Agent[Any], tool: Tool) -> None:
     if isinstance(tool, FunctionTool):
         if isinstance(context, ToolContext):
             frame.started[frame.scope, context.tool_call_id] = (
-                agent_label(agent), context.tool_name, context.tool_arguments)
+                agent_label(agent), _context_tool(context), context.tool_arguments)
         return
     started = take_started(frame.native_calls, frame.scope, agent, tool, context, frame.gated)
     if started is not None:  # a shell, apply_patch, computer or custom tool call
@@ -396,12 +412,13 @@ def _record_ran(
         return frame.executed[key]
     if tool is None:
         tool = next((t for t in agent.tools
-                     if isinstance(t, FunctionTool) and t.name == context.tool_name), None)
+                     if isinstance(t, FunctionTool)
+                     and function_tool_label(t) == _context_tool(context)), None)
     now = frame.executed[key] = frame.journal.writer.clock()
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=context.tool_call_id,
         arguments=context.tool_arguments, scope=frame.scope, agent=agent_label(agent),
-        tool=context.tool_name, result=persisted_output(context, tool, result),
+        tool=_context_tool(context), result=persisted_output(context, tool, result),
         run_state=frame.run_state, time_ns=now,
     ))
     return now
@@ -440,7 +457,7 @@ def pending_response_calls(state: Any) -> dict[tuple[Scope, str], list[tuple[str
     calls = [run.tool_call for run in getattr(response, "functions", None) or ()]
     if agent is None or not calls:
         return {}
-    return {((), agent.name): [(_field(call, "call_id"), _field(call, "name")) for call in calls]}
+    return {((), agent.name): [(_field(call, "call_id"), _call_tool(call)) for call in calls]}
 
 
 def pending_handoffs(state: Any) -> dict[tuple[Scope, str], list[tuple[str, str, str]]]:

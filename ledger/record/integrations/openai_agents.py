@@ -128,6 +128,7 @@ from agents.stream_events import StreamEvent
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.record.integrations.agent_labels import (
     agent_label,
+    approval_tool,
     graph_labels,
     labelled,
     starting_agent,
@@ -442,7 +443,7 @@ class Recorder:
                         run_id=info.run_id, call_id=str(item.call_id), decision=decision,
                         approver=approver, scope=scope, always=always, reason=reason,
                         message=message, arguments=item.arguments,
-                        agent=_agent_name(item) or "", tool=item.tool_name,
+                        agent=_agent_name(item) or "", tool=approval_tool(item),
                         run_state=info.state_id,
                     )
                 state_entry(state, info, "decided")(writer)
@@ -472,7 +473,7 @@ def _call_scope(
     if scopes:
         return scopes[-1]
     writer.call(
-        run_id=info.run_id, call_id=call_id, agent=agent or "", tool=item.tool_name or "",
+        run_id=info.run_id, call_id=call_id, agent=agent or "", tool=approval_tool(item),
         arguments=item.arguments or "", needs_approval=True if pending else None,
     )
     return ()

@@ -50,7 +50,7 @@ from typing import Any
 
 from agents import RunState
 
-from evidence_ledger.record.integrations.agent_labels import agent_label
+from evidence_ledger.record.integrations.agent_labels import agent_label, approval_tool
 from evidence_ledger.record.integrations.group_commit import Journal, Write
 from evidence_ledger.record.integrations.native_calls import item_field, native_call
 from evidence_ledger.record.writer import EvidenceWriter, Interruption, item_sha256
@@ -135,7 +135,7 @@ def pending_approvals(state: RunState[Any, Any]) -> list[Interruption]:
         arguments = getattr(item, "arguments", None)
         agent = getattr(item, "agent", None)
         pending.append(Interruption(
-            call_id=str(item.call_id), tool=item.tool_name,
+            call_id=str(item.call_id), tool=approval_tool(item),
             agent=agent_label(agent) if agent is not None else None,
             arguments=arguments if isinstance(arguments, str) else None,
         ))
