@@ -9,6 +9,7 @@ import json
 import tempfile
 import zlib
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -124,6 +125,12 @@ def test_entry_decoder_refuses_a_body_with_an_integer_key():
 # -- the verifier over logs: exactly the entries in front of the damage ------------------
 
 
+def _log_notices(report: Any) -> list[str]:
+    """The report's notices about the log itself (a prefix of a good ledger may also hold
+    a run whose session items come later: the rules' notice about it is left out)."""
+    return [n for n in report.notices if "persisted no session item" not in n]
+
+
 @FUZZ
 @given(st.integers(0, 25), st.binary(max_size=4096))
 def test_verifier_random_bytes_after_good_entries(entries, garbage):
@@ -137,14 +144,14 @@ def test_verifier_random_bytes_after_good_entries(entries, garbage):
     assert report.tree_size == entries
     assert report.root_hash == _root(records)
     if not garbage:
-        assert (report.violations, report.notices) == ([], [])
+        assert (report.violations, _log_notices(report)) == ([], [])
     elif len(garbage) < HEADER or not garbage.strip(b"\x00"):
         assert report.violations == []
-        (notice,) = report.notices
+        (notice,) = _log_notices(report)
         assert notice.startswith(_torn_tail(len(garbage), len(prefix), entries)), notice
     else:
         assert report.violations == [_bad_header(entries, len(prefix))]
-        assert report.notices == []
+        assert _log_notices(report) == []
 
 
 @FUZZ
@@ -162,10 +169,10 @@ def test_verifier_well_framed_garbage(records, more):
     log = b"".join(frame(r, more and i == 0) for i, r in enumerate(records))
     report = verify_records(scan_bytes(log))
     if not records:
-        assert (report.tree_size, report.violations, report.notices) == (0, [], [])
+        assert (report.tree_size, report.violations, _log_notices(report)) == (0, [], [])
     elif more and len(records) == 1:  # its group never closes: a torn tail, not evidence
         assert (report.tree_size, report.violations) == (0, [])
-        (notice,) = report.notices
+        (notice,) = _log_notices(report)
         assert notice.startswith(_torn_tail(len(log), 0, 0)), notice
     else:
         assert report.tree_size == len(records)
@@ -174,7 +181,7 @@ def test_verifier_well_framed_garbage(records, more):
             Finding(INTEGRITY, seq, f"entry does not decode: {error}")
             for seq, error in enumerate(errors)
         ]
-        assert report.notices == []
+        assert _log_notices(report) == []
 
 
 @FUZZ
@@ -190,11 +197,11 @@ def test_verifier_good_entries_in_random_groups(more):
     assert report.root_hash == _root(records[:closed])
     assert report.violations == []
     if closed == len(more):
-        assert report.notices == []
+        assert _log_notices(report) == []
     else:
         start = sum(map(len, frames[:closed]))
         length = sum(map(len, frames[closed:]))
-        (notice,) = report.notices
+        (notice,) = _log_notices(report)
         assert notice.startswith(_torn_tail(length, start, closed)), notice
 
 

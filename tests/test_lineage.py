@@ -73,11 +73,19 @@ def run_end(run: str, status: str, state: str | None = None) -> str:
 # -- a valid lineage -----------------------------------------------------------------------
 
 
+NO_SESSION = (
+    "1 run(s) executed tools but persisted no session item (r1): tool_linkage and "
+    "output_provenance do not apply to them (no session, or history kept by the provider: "
+    "the calls' response ids link it)"
+)
+"""The notice for these ledgers, whose run r1 persists nothing."""
+
+
 def test_valid_lineage_passes(tmp_path: Path) -> None:
     # fork (s-a approved with always, s-b pauses again), s-a -> JSON -> s-c runs the call
     # and a second one on the sticky approval, s-d approves a nested call, fails, retries
     report = verified(tmp_path, VALID.read_text().splitlines())
-    assert (report["ok"], report["violations"], report["notices"]) == (True, [], [])
+    assert (report["ok"], report["violations"], report["notices"]) == (True, [], [NO_SESSION])
     assert {"state_isolation", "nested_ownership", "approved_not_executed"} <= set(
         report["rules"]
     )
@@ -162,7 +170,7 @@ def test_unknown_states_keep_the_decision(tmp_path: Path) -> None:
     ])
     assert found(report) == []
     assert report["notices"] == [
-        "seq 1: decision on run state s-x, which no run_state entry records"
+        "seq 1: decision on run state s-x, which no run_state entry records", NO_SESSION,
     ]
 
 

@@ -1165,3 +1165,24 @@ async def test_tools_of_one_name_in_two_namespaces_are_told_apart(tmp_path: Path
     assert {(b["call_id"], b["tool"]) for k, b in found if k == "execution"} == {
         ("r-shop", "shop.refund"), ("r-bank", "bank.refund")}
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_run_without_a_session_is_named_where_session_rules_do_not_apply(
+    tmp_path: Path,
+):
+    await Recorder(tmp_path / "none").run(_agent(), "hi")
+    await Recorder(tmp_path / "kept").run(_agent(), "hi", session=SQLiteSession("s", ":memory:"))
+
+    alone = verify_ledger(Ledger(tmp_path / "none"))
+    assert alone.violations == []
+    assert [n for n in alone.notices if "persisted no session item" in n] == [
+        f"1 run(s) executed tools but persisted no session item ({alone_run(tmp_path)}): "
+        "tool_linkage and output_provenance do not apply to them (no session, or history "
+        "kept by the provider: the calls' response ids link it)"]
+    kept = verify_ledger(Ledger(tmp_path / "kept"))
+    assert not [n for n in kept.notices if "persisted no session item" in n]
+
+
+def alone_run(tmp_path: Path) -> str:
+    """The first 12 characters of the run id of the ledger ``none``."""
+    return next(e.body["run_id"] for e, _ in Ledger(tmp_path / "none").entries())[:12]

@@ -223,6 +223,8 @@ class RuleEngine:
         # the latest execution: (its call, time, result digest); a block of that call at
         # that very time is its output guardrail's, which withheld that result
         self._last_run: tuple[CallState, int, bytes | None] | None = None
+        # run -> whether it persisted a session item, for each run with a top-level execution
+        self._persisted: dict[str, bool] = {}
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -243,6 +245,23 @@ class RuleEngine:
         if top is None or nested is None:
             return top or nested
         return top if top.seq > nested.seq else nested  # the latest in any scope
+
+    def session_notices(self) -> list[str]:
+        """Once every entry is fed: a notice naming the runs that executed tools at top
+        level but persisted no session item (run without a session, or with the history
+        kept by the provider: ``conversation_id`` / ``previous_response_id``), to which
+        ``tool_linkage`` and ``output_provenance`` do not apply; empty when there are
+        none."""
+        runs = [run_id for run_id, persisted in self._persisted.items() if not persisted]
+        if not runs:
+            return []
+        shown = ", ".join(run_id[:12] for run_id in runs[:3])
+        more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+        return [
+            f"{len(runs)} run(s) executed tools but persisted no session item ({shown}{more}): "
+            f"{TOOL_LINKAGE} and {OUTPUT_PROVENANCE} do not apply to them (no session, or "
+            "history kept by the provider: the calls' response ids link it)"
+        ]
 
     def find_call(self, run_id: str, scope: tuple[str, ...], call_id: str) -> CallState | None:
         """The call the rules attribute evidence naming this identity to: the exact
@@ -358,6 +377,8 @@ class RuleEngine:
 
     def _on_execution(self, entry: Entry) -> None:
         b = entry.body
+        if not b["scope"]:
+            self._persisted.setdefault(b["run_id"], False)
         here: CallKey = (b["run_id"], tuple(b["scope"]), b["call_id"])
         leg = b["run_state"]
         call = self._find(b)
@@ -480,6 +501,8 @@ class RuleEngine:
 
     def _on_session_item(self, entry: Entry) -> None:
         b = entry.body
+        if b["run_id"]:
+            self._persisted[b["run_id"]] = True
         session = self._sessions[b["session_id"]]
         call_id = b["call_id"]
         if b["op"] == "clear":
