@@ -26,6 +26,7 @@ from agents import (
     HostedMCPTool,
     OutputGuardrail,
     OutputGuardrailTripwireTriggered,
+    RunConfig,
     RunHooks,
     Runner,
     RunState,
@@ -1186,3 +1187,19 @@ async def test_a_run_without_a_session_is_named_where_session_rules_do_not_apply
 def alone_run(tmp_path: Path) -> str:
     """The first 12 characters of the run id of the ledger ``none``."""
     return next(e.body["run_id"] for e, _ in Ledger(tmp_path / "none").entries())[:12]
+
+
+async def test_a_call_to_an_unknown_tool_answered_by_the_sdk_is_a_block(tmp_path: Path):
+    agent = Agent(name="a", tools=[lookup], model=ScriptedModel([
+        ModelStep(output=[function_call("lookp", {"order_id": "o-1"}, call_id="c-1")]),
+        ModelStep(output=[assistant_message("done")]),
+    ]))
+    session = SQLiteSession("s", ":memory:")
+    config = RunConfig(tool_not_found_behavior="return_error_to_model")
+    result = await Recorder(tmp_path).run(agent, "go", session=session, run_config=config)
+
+    assert result.final_output == "done"
+    blocks = [(e.body["call_id"], e.body["guardrail"]) for e, _ in Ledger(tmp_path).entries()
+              if e.kind == "guardrail"]
+    assert blocks == [("c-1", "openai-agents:tool_not_found")]
+    assert verify_ledger(Ledger(tmp_path)).violations == []

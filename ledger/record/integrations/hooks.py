@@ -70,7 +70,7 @@ from evidence_ledger.record.integrations.wrappers import (
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 
 __all__ = [
-    "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "RecordingRunHooks", "attach",
+    "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "TOOL_NOT_FOUND", "RecordingRunHooks", "attach",
     "pending_handoffs", "pending_response_calls", "persisted_output",
 ]
 
@@ -81,6 +81,11 @@ one with the output :data:`IGNORED_HANDOFF_MESSAGE` and runs nothing."""
 
 IGNORED_HANDOFF_MESSAGE = "Multiple handoffs detected, ignoring this one."
 """The output the SDK (0.20 - 0.24) persists for a handoff it ignored."""
+
+TOOL_NOT_FOUND = "openai-agents:tool_not_found"
+"""The ``guardrail`` name of the block recorded for a call of a tool the agent does not
+have, which the SDK answers with an error text of its own (a run whose ``RunConfig`` has
+``tool_not_found_behavior="return_error_to_model"``) and runs nothing."""
 
 
 def persisted_output(
@@ -296,6 +301,13 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
             scope=frame.scope, needs_approval=gated,
             response_id=response.response_id, time_ns=clock(),
         ))
+        if (frame.answers_unknown_tools and tool_name not in tools and name not in names
+                and name not in others and not agent.mcp_servers):
+            found.append(methodcaller(  # the SDK answers it with an error text, runs nothing
+                "guardrail", run_id=frame.run_id, call_id=_field(item, "call_id"),
+                guardrail=TOOL_NOT_FOUND, message=None, scope=frame.scope,
+                agent=agent_label(agent), tool=tool_name, time_ns=clock(),
+            ))
     for item in response.output:
         native = native_call(agent, item)
         if native is not None:

@@ -67,6 +67,11 @@ class Leg:
     """What a tool's callable ``needs_approval`` decided per ``(scope, call_id)`` in this
     leg (shared like ``handoff_calls``)."""
 
+    answers_unknown_tools: bool = False
+    """The run's ``RunConfig`` has the SDK answer a call of a tool the agent does not have
+    with an error text (``tool_not_found_behavior="return_error_to_model"``) rather than
+    fail the run."""
+
     labels: Labels = field(default_factory=dict, compare=False)
     """The label of each agent of the run's graph (see
     :mod:`~evidence_ledger.record.integrations.agent_labels`), in force while the leg's

@@ -313,6 +313,8 @@ class Recorder:
     def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> Leg:
         attach(agent)
         labels = graph_labels(starting_agent(agent, input))
+        answers = getattr(kwargs.get("run_config"), "tool_not_found_behavior",
+                          None) == "return_error_to_model"
         install_runner()
         hooks = kwargs.get("hooks")
         if hooks is None or isinstance(hooks, RunHooksBase):  # else the SDK refuses them
@@ -330,8 +332,10 @@ class Recorder:
             return Leg(self._journal, since, info.run_id, run_state=info.state_id,
                        resumed=input, handoff_calls=pending_handoffs(input),
                        native_calls=pending_native_calls(input),
-                       response_calls=pending_response_calls(input), labels=labels)
-        return Leg(self._journal, since, uuid.uuid4().hex, labels=labels)
+                       response_calls=pending_response_calls(input), labels=labels,
+                       answers_unknown_tools=answers)
+        return Leg(self._journal, since, uuid.uuid4().hex, labels=labels,
+                   answers_unknown_tools=answers)
 
     # -- run states --------------------------------------------------------------------
 
