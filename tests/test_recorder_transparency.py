@@ -1203,3 +1203,31 @@ async def test_a_call_to_an_unknown_tool_answered_by_the_sdk_is_a_block(tmp_path
               if e.kind == "guardrail"]
     assert blocks == [("c-1", "openai-agents:tool_not_found")]
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+@pytest.mark.parametrize(("policy", "gated"), [
+    ({"delete_file": "always"}, True),             # keyed by the server's own tool name
+    ({"mcp_files__delete_file": "always"}, False),  # the public name: the SDK gates nothing
+])
+async def test_mcp_tools_named_with_their_server_carry_the_servers_policy(
+    tmp_path: Path, policy: dict[str, str], gated: bool
+):
+    async with MCPServerStdio(name="files", cache_tools_list=True, require_approval=policy,
+                              params={"command": sys.executable, "args": [str(MCP_SERVER)]},
+                              ) as server:
+        agent = Agent(name="f", mcp_servers=[server],
+                      mcp_config={"include_server_in_tool_names": True}, model=ScriptedModel([
+                          ModelStep(output=[function_call("mcp_files__delete_file",
+                                                          {"path": "/x"}, call_id="m-1")]),
+                          ModelStep(output=[assistant_message("done")])]))
+        recorder = Recorder(tmp_path)
+        result = await recorder.run(agent, "go")
+        assert bool(result.interruptions) == gated
+        if gated:
+            state = result.to_state()
+            recorder.approve(state, state.get_interruptions()[0], approver="ann")
+            result = await recorder.run(agent, state)
+    assert result.final_output == "done"
+    calls = [e.body["needs_approval"] for e, _ in Ledger(tmp_path).entries() if e.kind == "call"]
+    assert calls == [gated]
+    assert verify_ledger(Ledger(tmp_path)).violations == []

@@ -37,6 +37,7 @@ from agents import (
     handoff,
 )
 from agents.exceptions import UserError
+from agents.mcp import MCPUtil
 from agents.tool import Tool
 from agents.tool_context import ToolContext
 from agents.tool_guardrails import (
@@ -337,16 +338,28 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
 def mcp_server_policy(agent: Agent[Any], tool: str) -> bool | None:
     """Whether the SDK asks for approval of a call of ``tool``, a tool of one of the agent's
     MCP servers, as their ``require_approval`` settings say (read from the SDK's
-    normalised ``_needs_approval_policy``: a bool for every tool, or a bool per tool name):
-    None when a server decides per call (a callable), when the servers disagree, or when the
-    agent has none."""
+    normalised ``_needs_approval_policy``: a bool for every tool, or a bool per tool name,
+    the server's own name of the tool: with ``mcp_config["include_server_in_tool_names"]``
+    the name a call carries is the SDK's ``mcp_<server>__<tool>``): None when a server
+    decides per call (a callable), when the servers disagree, or when the agent has none."""
+    prefixed = bool((getattr(agent, "mcp_config", None) or {}).get(
+        "include_server_in_tool_names"))
+    build = getattr(MCPUtil, "_build_prefixed_tool_base_name", None)
     verdicts = set()
     for server in getattr(agent, "mcp_servers", None) or ():
         policy = getattr(server, "_needs_approval_policy", None)
+        named = tool
+        if prefixed and callable(build):  # the call names the server: only its owner counts
+            server_name = str(getattr(server, "name", ""))
+            if not tool.startswith(build(server_name, "x")[:-1]):
+                continue
+            raw = [n for n in policy if build(server_name, str(n)) == tool] \
+                if isinstance(policy, dict) else []
+            named = raw[0] if raw else ""
         if isinstance(policy, bool):
             verdicts.add(policy)
         elif isinstance(policy, dict):
-            verdicts.add(bool(policy.get(tool, False)))
+            verdicts.add(bool(policy.get(named, False)))
         else:
             return None
     return verdicts.pop() if len(verdicts) == 1 else None
