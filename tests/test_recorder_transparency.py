@@ -41,6 +41,7 @@ from agents import (
 )
 from agents.mcp import MCPServerStdio
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFileSearchToolCall, ResponseFunctionWebSearch
 from openai.types.responses.response_file_search_tool_call import Result
 from openai.types.responses.response_function_web_search import ActionSearch
@@ -1230,4 +1231,27 @@ async def test_mcp_tools_named_with_their_server_carry_the_servers_policy(
     assert result.final_output == "done"
     calls = [e.body["needs_approval"] for e, _ in Ledger(tmp_path).entries() if e.kind == "call"]
     assert calls == [gated]
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_function_tool_running_an_agent_tools_agent_runs_it_outside_the_leg(
+    tmp_path: Path,
+):
+    helper = Agent(name="helper", tools=[lookup], model=ScriptedModel([
+        ModelStep(output=[function_call("lookup", {"order_id": "o-1"}, call_id="h-1")]),
+        ModelStep(output=[assistant_message("helped")])]))
+
+    @function_tool
+    async def delegate(ctx: ToolContext[Any], task: str) -> str:
+        """Run the helper itself, with this tool's context."""
+        return str((await Runner.run(helper, task, context=ctx)).final_output)
+
+    agent = Agent(name="boss", tools=[delegate, helper.as_tool(
+        tool_name="ask_helper", tool_description="Ask the helper")], model=ScriptedModel([
+            ModelStep(output=[function_call("delegate", {"task": "t"}, call_id="d-1")]),
+            ModelStep(output=[assistant_message("done")])]))
+    assert (await Recorder(tmp_path).run(agent, "go")).final_output == "done"
+    calls = {e.body["call_id"]: e.body["scope"] for e, _ in Ledger(tmp_path).entries()
+             if e.kind == "call"}
+    assert calls == {"d-1": []}  # the helper's run is the tool's own, not ask_helper's
     assert verify_ledger(Ledger(tmp_path)).violations == []

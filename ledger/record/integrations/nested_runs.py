@@ -9,8 +9,8 @@ recorder makes the default runner a :class:`RecordingRunner` wrapping whatever r
 the default (the SDK's extension point for this; an app that sets its own default runner
 later is wrapped again at the next leg). It changes nothing of a run but its hooks:
 
-- a run of the agent of one of the calling agent's agent tools, given that call's
-  ``ToolContext``, runs in a leg in the scope of that call (edge ``"<tool name>:<call_id>"``)
+- a run of the agent of the calling agent's agent tool that a ``ToolContext`` names, given
+  that call's ``ToolContext``, runs in a leg in the scope of that call (edge ``"<tool name>:<call_id>"``)
   with :class:`~evidence_ledger.record.integrations.hooks.RecordingRunHooks` wrapping the
   hooks it was given;
 - any other run started inside a recorded leg (a tool that runs an agent of its own) runs
@@ -87,12 +87,14 @@ def _placed(
 
 
 def _agent_tool_edge(starting_agent: Any, context: Any) -> str | None:
-    """The scope edge of the agent-tool call whose ``ToolContext`` is ``context``, when
-    ``starting_agent`` is the agent of one of the calling agent's tools; else None."""
+    """The scope edge of the agent-tool call whose ``ToolContext`` is ``context``, when the
+    tool it names is one of the calling agent's agent tools and ``starting_agent`` that
+    tool's agent (a function tool that runs some agent of its own is none); else None."""
     if not isinstance(context, ToolContext):
         return None
     tools = getattr(getattr(context, "agent", None), "tools", None) or ()
-    if not any(getattr(tool, "_agent_instance", None) is starting_agent for tool in tools):
+    if not any(getattr(tool, "_agent_instance", None) is starting_agent
+               and getattr(tool, "name", None) == context.tool_name for tool in tools):
         return None
     return f"{context.tool_name}:{context.tool_call_id}"
 
