@@ -10,9 +10,10 @@ the default (the SDK's extension point for this; an app that sets its own defaul
 later is wrapped again at the next leg). It changes nothing of a run but its hooks:
 
 - a run of the agent of the calling agent's agent tool that a ``ToolContext`` names, given
-  that call's ``ToolContext``, runs in a leg in the scope of that call (edge ``"<tool name>:<call_id>"``)
-  with :class:`~evidence_ledger.record.integrations.hooks.RecordingRunHooks` wrapping the
-  hooks it was given;
+  that call's ``ToolContext``, runs in a leg in the scope of that call (edge
+  ``"<tool name>:<call_id>"``) with
+  :class:`~evidence_ledger.record.integrations.hooks.RecordingRunHooks` wrapping the hooks it
+  was given;
 - any other run started inside a recorded leg (a tool that runs an agent of its own) runs
   outside the leg: it is not recorded, as it would not be from a plain app;
 - a run outside any recorded leg, and the recorder's own run of a leg, are passed on as
