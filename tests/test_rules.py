@@ -72,6 +72,33 @@ def test_nested_scope_is_part_of_the_identity(tmp_path):
     ]
 
 
+@pytest.mark.parametrize(("second_scope", "rules"), [
+    (["ask_billing:c1"], []),  # the same agent-tool run: its sticky approval holds
+    (["ask_billing:c2"], ["approval_binding"]),  # another one: the SDK asks again
+])
+def test_a_sticky_approval_holds_in_its_own_agent_tool_run(tmp_path, second_scope, rules):
+    def call(call_id: str, scope: list[str]) -> str:
+        return json.dumps({"kind": "call", "run_id": "r1", "scope": scope, "agent": "billing",
+                           "tool": "credit", "call_id": call_id, "arguments": "{}",
+                           "needs_approval": True})
+
+    def ran(call_id: str, scope: list[str]) -> str:
+        return json.dumps({"kind": "execution", "run_id": "r1", "scope": scope,
+                           "call_id": call_id, "arguments": "{}", "result": "ok"})
+
+    path = tmp_path / "sticky.jsonl"
+    path.write_text("\n".join([
+        call("n1", ["ask_billing:c1"]),
+        json.dumps({"kind": "decision", "run_id": "r1", "scope": ["ask_billing:c1"],
+                    "call_id": "n1", "decision": "approve", "approver": "ann",
+                    "always": True}),
+        ran("n1", ["ask_billing:c1"]), call("n2", second_scope), ran("n2", second_scope),
+    ]) + "\n")
+    assert run_cli("ingest", str(path), "--ledger", str(tmp_path / "l")).code == 0
+    _, report = _verify_json(tmp_path / "l")
+    assert [v["rule"] for v in report["violations"]] == rules
+
+
 def test_explicit_rejection_beats_sticky_approval(tmp_path):
     # rejection_respected.jsonl: c1 approved with always=True, c2 explicitly rejected
     assert run_cli(

@@ -11,7 +11,9 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
   (its block recorded at its execution's time, right after it) does not count;
 - ``execution_provenance``: every execution traces to a recorded call;
 - ``approval_binding``: every execution of a gated call follows an approve decision for
-  that call (or a sticky approval of that agent's tool in that run) whose arguments
+  that call (or a sticky approval of that agent's tool in that run, at that agent-as-tool
+  scope: the SDK keeps sticky decisions per run state, and each agent-tool call runs its
+  agent in one of its own) whose arguments
   digest equals the call's;
 - ``rejection_respected``: no execution of a call after it was rejected; an explicit
   decision on a call beats a sticky decision on its tool;
@@ -213,7 +215,10 @@ class RuleEngine:
         # (top-level calls, the common case, are found in `calls` itself: no entry here)
         self._nested: dict[str, dict[str, CallKey]] = defaultdict(dict)
         self._scopes: dict[tuple[str, ...], tuple[str, ...]] = {}  # one tuple per scope
-        self._sticky: dict[tuple[str, str, str], list[Decision]] = defaultdict(list)
+        # (run, scope, agent, tool) -> its sticky decisions: the SDK keeps them per RunState,
+        # and each agent-as-tool call runs its agent in a run (and scope) of its own
+        self._sticky: dict[tuple[str, tuple[str, ...], str, str], list[Decision]] = \
+            defaultdict(list)
         self._sessions: dict[str, Counter[str]] = defaultdict(Counter)
         # run -> call -> its latest approval, until a leg it holds in runs the call
         self._approved: dict[str, dict[CallKey, Decision]] = defaultdict(dict)
@@ -275,7 +280,7 @@ class RuleEngine:
         (whatever run state either was made on)."""
         if call.decision is not None:
             return call.decision
-        sticky = self._sticky.get((call.key[0], call.agent, call.tool))
+        sticky = self._sticky.get((call.key[0], call.key[1], call.agent, call.tool))
         return sticky[-1] if sticky else None
 
     def _holds(self, decision: Decision, leg: str | None) -> bool:
@@ -293,7 +298,8 @@ class RuleEngine:
         for decision in reversed(call.decisions):
             if self._holds(decision, leg):
                 return decision
-        for decision in reversed(self._sticky.get((call.key[0], call.agent, call.tool), [])):
+        for decision in reversed(self._sticky.get(
+                (call.key[0], call.key[1], call.agent, call.tool), [])):
             if self._holds(decision, leg):
                 return decision
         return None
@@ -350,9 +356,8 @@ class RuleEngine:
         )
         call.decisions = (*call.decisions, decision)
         if b["always"]:
-            self._sticky[(call.key[0], b["agent"] or call.agent, b["tool"] or call.tool)].append(
-                decision
-            )
+            self._sticky[(call.key[0], call.key[1], b["agent"] or call.agent,
+                          b["tool"] or call.tool)].append(decision)
         approved = self._approved[call.key[0]]
         if decision.decision == "approve":
             if not call.executions:  # a late approval of a call that already ran awaits nothing
@@ -447,7 +452,7 @@ class RuleEngine:
     def _unauthorised(self, entry: Entry, call: CallState, leg: str | None) -> None:
         """Report a gated call run with no decision holding in its leg, by why."""
         key = call.key
-        sticky = self._sticky.get((key[0], call.agent, call.tool), [])
+        sticky = self._sticky.get((key[0], key[1], call.agent, call.tool), [])
         elsewhere = [d for d in (*call.decisions, *sticky) if d.decision == "approve"]
         if elsewhere:
             d = elsewhere[-1]
