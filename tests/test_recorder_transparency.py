@@ -1255,3 +1255,41 @@ async def test_a_function_tool_running_an_agent_tools_agent_runs_it_outside_the_
              if e.kind == "call"}
     assert calls == {"d-1": []}  # the helper's run is the tool's own, not ask_helper's
     assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+class Verdict:
+    """A hosted MCP approval result that is not a mapping, but reads like one."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key, default)
+
+
+@pytest.mark.parametrize(("verdict", "decisions"), [
+    (Verdict(approve=True), [("mcpr-1", "approve")]),  # the SDK reads result["approve"]
+    ({"reason": "hmm"}, []),  # the SDK fails reading it: nothing was decided
+])
+async def test_a_hosted_mcp_callbacks_result_is_read_as_the_sdk_reads_it(
+    tmp_path: Path, verdict: Any, decisions: list[tuple[str, str]]
+):
+    tool = HostedMCPTool(tool_config={
+        "type": "mcp", "server_label": "docs", "server_url": "https://example.com",
+        "require_approval": "always"}, on_approval_request=lambda request: verdict)
+    request = McpApprovalRequest(id="mcpr-1", type="mcp_approval_request", name="lookup",
+                                 server_label="docs", arguments='{"q": "x"}')
+    ran = McpCall(id="mcp-1", type="mcp_call", name="lookup", server_label="docs",
+                  arguments='{"q": "x"}', output="found x", approval_request_id="mcpr-1")
+    agent = Agent(name="reader", tools=[tool], model=ScriptedModel([
+        ModelStep(output=[request]), ModelStep(output=[ran, assistant_message("done")])]))
+    with contextlib.suppress(KeyError):
+        await Recorder(tmp_path).run(agent, "look")
+
+    found = [(e.body["call_id"], e.body["decision"]) for e, _ in Ledger(tmp_path).entries()
+             if e.kind == "decision"]
+    assert found == decisions
+    assert verify_ledger(Ledger(tmp_path)).violations == []

@@ -8,8 +8,10 @@ context. Each such callback is wrapped once, in place (:func:`wrap_approval_call
 wrapper of the same kind and name, see
 :func:`~evidence_ledger.record.integrations.wrappers.observed`), and its verdict in a
 recorded leg becomes a ``decision`` entry bound to the call and its arguments, with
-approver ``callback:<the callback's qualified name>``. A verdict the SDK does not apply (no
-mapping, no boolean ``approve``) records nothing: the call then stays pending.
+approver ``callback:<the callback's qualified name>``. A verdict the SDK does not apply
+records nothing (the call then stays pending, or the SDK fails): for a local tool, anything
+but a mapping with a boolean ``approve``; for a hosted MCP tool, a result whose
+``["approve"]`` cannot be read (the SDK reads it so, and approves on a truthy value).
 """
 
 from __future__ import annotations
@@ -47,23 +49,25 @@ def _recorder(callback: Any, hosted: bool) -> Any:
 
     def record(args: tuple[Any, ...], verdict: Any) -> None:
         frame = CURRENT_LEG.get()
-        if frame is None or not isinstance(verdict, Mapping):
+        if frame is None:
             return
-        approve = verdict.get("approve")
-        if hosted:  # as the SDK reads them: a truthy approve approves
-            agent, approved = None, bool(approve)
-            raw = getattr(args[0], "data", None) if args else None
-        elif approve is True or approve is False:
+        if hosted:  # as the SDK reads it: verdict["approve"], truthy approves
+            try:
+                approved = bool(verdict["approve"])
+                reason = verdict.get("reason")
+            except Exception:  # the SDK fails reading it too: it applies nothing
+                return
+            agent, raw = None, getattr(args[0], "data", None) if args else None
+        elif isinstance(verdict, Mapping) and isinstance(verdict.get("approve"), bool):
             item = args[1] if len(args) > 1 else None
             agent, raw = getattr(item, "agent", None), getattr(item, "raw_item", None)
-            approved = approve
+            approved, reason = verdict["approve"], verdict.get("reason")
         else:
             return
         found = native_call(agent, raw)
         if found is None:
             return
         call_id, tool, arguments, _ = found
-        reason = verdict.get("reason")
         reason = reason if isinstance(reason, str) and reason else None
         frame.record(methodcaller(
             "decision", run_id=frame.run_id, call_id=call_id,
