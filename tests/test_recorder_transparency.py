@@ -20,6 +20,7 @@ import pydantic
 import pytest
 from agents import (
     Agent,
+    ApplyPatchTool,
     CustomTool,
     FileSearchTool,
     GuardrailFunctionOutput,
@@ -39,6 +40,7 @@ from agents import (
     output_guardrail,
     tool_namespace,
 )
+from agents.editor import ApplyPatchResult
 from agents.mcp import MCPServerStdio
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
@@ -1292,4 +1294,25 @@ async def test_a_hosted_mcp_callbacks_result_is_read_as_the_sdk_reads_it(
     found = [(e.body["call_id"], e.body["decision"]) for e, _ in Ledger(tmp_path).entries()
              if e.kind == "decision"]
     assert found == decisions
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_function_shaped_apply_patch_call_carries_its_tools_policy(tmp_path: Path):
+    class Editor:
+        def update_file(self, operation: Any) -> Any:
+            return ApplyPatchResult(status="completed", output="updated")
+
+    patch = {"type": "update_file", "path": "a.txt", "diff": "-a\n+b\n"}
+    agent = Agent(name="editor", tools=[ApplyPatchTool(editor=Editor(), needs_approval=True)],
+                  model=ScriptedModel([
+                      ModelStep(output=[function_call("apply_patch", patch, call_id="p-1")]),
+                      ModelStep(output=[assistant_message("done")])]))
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "patch")).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    assert (await recorder.run(agent, state)).final_output == "done"
+
+    calls = [(e.body["tool"], e.body["needs_approval"]) for e, _ in Ledger(tmp_path).entries()
+             if e.kind == "call"]
+    assert calls == [("apply_patch", True)]
     assert verify_ledger(Ledger(tmp_path)).violations == []

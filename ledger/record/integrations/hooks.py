@@ -282,20 +282,22 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
     frame.response_calls[frame.scope, agent.name] = [
         (_field(item, "call_id"), _call_tool(item)) for item in calls]
     tools = {function_tool_label(t): t for t in agent.tools if isinstance(t, FunctionTool)}
-    others = {getattr(t, "name", None) for t in agent.tools if not isinstance(t, FunctionTool)}
+    others = {getattr(t, "name", None): t for t in agent.tools if not isinstance(t, FunctionTool)}
     clock = frame.journal.writer.clock
     found = []
     for item in calls:
         name, tool_name = _field(item, "name"), _call_tool(item)
-        if name in others and name not in tools:  # a function-shaped call of, say, apply_patch
-            frame.native_calls.setdefault((frame.scope, agent.name, name), []).append(
-                (_field(item, "call_id"), _field(item, "arguments")))
         gated: bool | None  # a callable policy decides per call: None
         if tool_name in tools:
             policy = tools[tool_name].needs_approval
             gated = policy if isinstance(policy, bool) else None
-        else:  # an MCP server's tool, unless it is a handoff or a tool of another kind
-            gated = None if name in names or name in others else mcp_server_policy(agent, name)
+        elif name in others:  # a function-shaped call of, say, apply_patch: its tool runs it
+            frame.native_calls.setdefault((frame.scope, agent.name, name), []).append(
+                (_field(item, "call_id"), _field(item, "arguments")))
+            policy = getattr(others[name], "needs_approval", None)
+            gated = policy if isinstance(policy, bool) else None
+        else:  # an MCP server's tool, unless it is a handoff
+            gated = None if name in names else mcp_server_policy(agent, name)
         found.append(methodcaller(
             "call", run_id=frame.run_id, call_id=_field(item, "call_id"),
             agent=agent_label(agent), tool=tool_name, arguments=_field(item, "arguments"),

@@ -94,10 +94,10 @@ whose events are left before their end (and whose run did not finish) is recorde
 one whose ``stream_events()`` is never called gets no ``run_end``, and one stopped with
 ``result.cancel()`` is recorded as ``completed``; a tool's execution is recorded at
 ``on_tool_end`` (or by its output guardrails), or, when a callback after it fails
-(``custom_data_extractor``, an ``on_tool_end`` hook), from the output the SDK committed when
-the leg ends (:mod:`evidence_ledger.record.integrations.published`: only for the top-level
-agent of a leg that resumed a state; a fresh leg's or a nested agent's such call stays
-without evidence); two agents with one name in one graph are recorded by the SDK's
+(``custom_data_extractor``, an ``on_tool_end`` hook), from the output the SDK committed:
+when it writes that output to the session, or when a leg (an agent tool's run too) that
+resumed a state ends holding it (:mod:`evidence_ledger.record.integrations.published`; a
+fresh agent-tool run's such call stays without evidence); two agents with one name in one graph are recorded by the SDK's
 ``RunState`` identities ``name``, ``name#2``, ...
 (:mod:`evidence_ledger.record.integrations.agent_labels`); a handoff is
 recorded as its call and an execution whose result is the
