@@ -97,11 +97,10 @@ one whose ``stream_events()`` is never called gets no ``run_end``, and one stopp
 (``custom_data_extractor``, an ``on_tool_end`` hook), from the output the SDK committed:
 when it writes that output to the session, or when a leg (an agent tool's run too) that
 resumed a state ends holding it (:mod:`evidence_ledger.record.integrations.published`; a
-fresh agent-tool run's such call stays without evidence); two agents with one name in one graph are recorded by the SDK's
-``RunState`` identities ``name``, ``name#2``, ...
-(:mod:`evidence_ledger.record.integrations.agent_labels`); a handoff is
-recorded as its call and an execution whose result is the
-transfer message the SDK persists (also when the SDK runs it in a leg resumed from a
+fresh agent-tool run's such call stays without evidence); two agents with one name in one
+graph are recorded by the SDK's ``RunState`` identities ``name``, ``name#2``, ...
+(:mod:`evidence_ledger.record.integrations.agent_labels`); a handoff is recorded as its
+call and an execution whose result is the transfer message the SDK persists (also when the SDK runs it in a leg resumed from a
 ``RunState``); the run states of agents run through ``Agent.as_tool`` are the SDK's own and not
 recorded (their calls are, under the top-level run's state); tool guardrails given to an MCP
 server (not to a tool) are not wrapped, so a block by one is recorded as an execution whose
