@@ -100,13 +100,18 @@ resumed a state ends holding it (:mod:`evidence_ledger.record.integrations.publi
 fresh agent-tool run's such call stays without evidence); two agents with one name in one
 graph are recorded by the SDK's ``RunState`` identities ``name``, ``name#2``, ...
 (:mod:`evidence_ledger.record.integrations.agent_labels`); a handoff is recorded as its
-call and an execution whose result is the transfer message the SDK persists (also when the SDK runs it in a leg resumed from a
-``RunState``); the run states of agents run through ``Agent.as_tool`` are the SDK's own and not
-recorded (their calls are, under the top-level run's state); tool guardrails given to an MCP
-server (not to a tool) are not wrapped, so a block by one is recorded as an execution whose
-result is the guardrail's message; a guardrail or approval rejection of a tool called
-programmatically (``caller`` type ``program``) with an output schema is persisted by the SDK as
-``{"error": message}``, which the recorded message does not match (``output_provenance``).
+call and an execution whose result is the transfer message the SDK persists (also when the
+SDK runs it in a leg resumed from a ``RunState``); the run states of agents run through
+``Agent.as_tool`` are the SDK's own and not recorded (their calls are, under the top-level
+run's state); tool guardrails given to an MCP server (not to a tool) are not wrapped, so a
+block by one is recorded as an execution whose result is the guardrail's message; a
+guardrail or approval rejection of a tool called programmatically (``caller`` type
+``program``) with an output schema is persisted by the SDK as ``{"error": message}``, which
+the recorded message does not match (``output_provenance``); a call of a tool the agent
+lacks that the SDK answers itself is recorded as a block only for an agent without MCP
+servers (whose tools the recorder cannot list); decisions an app applies on the run context
+(``RunContextWrapper.approve_tool``) or on a state behind the recorder's back are not
+recorded (the verifier then reports the execution, ``approval_binding``).
 """
 
 from __future__ import annotations
