@@ -294,8 +294,8 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
         elif name in others:  # a function-shaped call of, say, apply_patch: its tool runs it
             frame.native_calls.setdefault((frame.scope, agent.name, name), []).append(
                 (_field(item, "call_id"), _field(item, "arguments")))
-            policy = getattr(others[name], "needs_approval", None)
-            gated = policy if isinstance(policy, bool) else None
+            native_policy = getattr(others[name], "needs_approval", None)
+            gated = native_policy if isinstance(native_policy, bool) else None
         else:  # an MCP server's tool, unless it is a handoff
             gated = None if name in names else mcp_server_policy(agent, name)
         found.append(methodcaller(
