@@ -129,6 +129,12 @@ def test_malformed_notes_are_rejected(name, data):
     assert caught.value.exit_code == 1
 
 
+@pytest.mark.parametrize("data", [b"", b"\n", b"  \n\n"])
+def test_an_empty_file_is_named_as_such(data):
+    with pytest.raises(MalformedNoteError, match="the file is empty"):
+        parse_note(data)
+
+
 def test_non_utf8_is_malformed():
     with pytest.raises(MalformedNoteError, match="not UTF-8"):
         parse_note(NOTE.encode() + b"\xff\n")

@@ -358,6 +358,8 @@ def parse_note(data: bytes) -> Note:
     """
     if len(data) > MAX_NOTE_BYTES:
         raise MalformedNoteError(f"malformed note: {len(data)} bytes, want <= {MAX_NOTE_BYTES}")
+    if not data.strip():
+        raise MalformedNoteError("malformed note: the file is empty (not a signed note)")
     try:
         msg = data.decode("utf-8")
     except UnicodeDecodeError as exc:
