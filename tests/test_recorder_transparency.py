@@ -594,6 +594,14 @@ async def test_stream_events_read_twice_ends_the_leg_once(tmp_path: Path):
 # -- outputs the SDK published before a callback after the tool failed --------------------
 
 
+def _executed_and_clean(ledger: Path, call_ids: list[str]) -> None:
+    """The ledger's executions are of ``call_ids``, in order, and it verifies clean."""
+    executed = [e.body["call_id"] for e, _ in Ledger(ledger).entries() if e.kind == "execution"]
+    assert executed == call_ids
+    assert verify_ledger(Ledger(ledger)).violations == []
+
+
+
 def _boom(_context: Any) -> None:
     raise ValueError("extractor boom")
 
@@ -625,9 +633,7 @@ async def test_an_output_published_before_a_failing_extractor_is_executed(
     done = await Recorder(tmp_path).run(agent, retry, session=session)
 
     assert done.final_output == "done"
-    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
-    assert [b["call_id"] for k, b in found if k == "execution"] == ["w-1"]
-    assert verify_ledger(Ledger(tmp_path)).violations == []
+    _executed_and_clean(tmp_path, ["w-1"])
 
 
 async def test_a_native_output_published_before_a_failing_extractor_is_executed(
@@ -654,9 +660,7 @@ async def test_a_native_output_published_before_a_failing_extractor_is_executed(
     await Recorder(tmp_path).run(agent, retry, session=session)
 
     assert ran == ["native"]
-    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
-    assert [b["call_id"] for k, b in found if k == "execution"] == ["n-1"]
-    assert verify_ledger(Ledger(tmp_path)).violations == []
+    _executed_and_clean(tmp_path, ["n-1"])
 
 
 async def test_a_state_whose_json_was_edited_is_found_by_the_calls_it_holds(tmp_path: Path):
@@ -1043,9 +1047,7 @@ async def test_an_output_persisted_before_a_failing_extractor_is_executed(
         await Recorder(tmp_path).run(agent, "go", session=session)
     assert str((await session.get_items())[-1].get("type")).endswith("call_output")
 
-    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
-    assert [b["call_id"] for k, b in found if k == "execution"] == ["w-1"]
-    assert verify_ledger(Ledger(tmp_path)).violations == []
+    _executed_and_clean(tmp_path, ["w-1"])
 
 
 async def test_a_shell_policy_decided_per_call_binds_each_execution_to_its_call(
