@@ -7,18 +7,21 @@ otherwise) and the run resumes; later ``charge`` calls run under that sticky app
 Every variant keeps the conversation in an in-memory ``SQLiteSession``. One row per
 recorder durability (``group``: a flusher thread appends the leg's evidence in groups,
 durable when the leg ends; ``entry``: every entry synced before its hook returns), each
-against the run without recorder; the three variants take turns, median of runs.
+against the run without recorder; the three variants take turns, each run in a fresh
+process, median of runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,7 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 from agents import Agent, Runner, SQLiteSession, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-from benchmarks.common import RUNS, Row
+from benchmarks.common import REPO, Row
 from evidence_ledger import Recorder
 
 TURNS = 100
@@ -85,23 +88,46 @@ NOTES = {
 }
 
 
-def _timed(run: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> tuple[float, float]:
-    """(wall seconds, process CPU seconds: every thread, the flusher's too) of ``run(*args)``."""
+FRESH_RUNS = 5
+"""Timed runs per variant; each in a fresh process (within one process the plain run alone
+drifts by a third from run to run, more than the margin measured)."""
+
+
+def _timed(variant: str, ledger: Path) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds: every thread, the flusher's too) of one run of
+    ``variant`` (``plain`` or a durability), in a fresh Python process."""
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_recording", "--one", variant, str(ledger)],
+        cwd=REPO, check=True, capture_output=True, text=True,
+    ).stdout
+    wall, cpu = json.loads(out.splitlines()[-1])
+    return float(wall), float(cpu)
+
+
+def _one(variant: str, ledger: Path) -> tuple[float, float]:
+    """One run of ``variant`` in this process, after one untimed run of it (imports and
+    first-use costs paid, for every variant alike): (wall, CPU) seconds."""
+    def run(path: Path) -> None:
+        asyncio.run(_plain() if variant == "plain" else _recorded(path, variant))
+
+    run(ledger.with_name(ledger.name + "-warm"))
     wall, cpu = time.perf_counter(), time.process_time()
-    asyncio.run(run(*args))
+    run(ledger)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def rows() -> list[Row]:
-    """One row per durability: wall time recorded vs not recorded (same run, same machine)."""
+    """One row per durability: wall time recorded vs not recorded (same run, same machine),
+    medians of :data:`FRESH_RUNS` runs per variant, each in a fresh process, the variants
+    taking turns so that load drifts hit all."""
     plain: list[tuple[float, float]] = []
     recorded: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
     work = Path(tempfile.mkdtemp(prefix="bench-recording-"))
     try:
-        for run in range(RUNS):  # the variants take turns, so that load drifts hit all
-            plain.append(_timed(_plain))
+        for run in range(FRESH_RUNS):
+            plain.append(_timed("plain", work / f"plain{run}"))
             for mode in MODES:
-                recorded[mode].append(_timed(_recorded, work / f"{mode}{run}", mode))
+                recorded[mode].append(_timed(mode, work / f"{mode}{run}"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base = statistics.median(w for w, _ in plain)
@@ -122,6 +148,9 @@ def rows() -> list[Row]:
 
 
 if __name__ == "__main__":
-    from benchmarks.common import print_table
+    if sys.argv[1:2] == ["--one"]:  # one timed run, for rows(): its (wall, cpu) as JSON
+        print(json.dumps(_one(sys.argv[2], Path(sys.argv[3]))))
+    else:
+        from benchmarks.common import print_table
 
-    print_table(rows(), "this machine")
+        print_table(rows(), "this machine")
