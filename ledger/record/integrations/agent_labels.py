@@ -30,11 +30,11 @@ from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any
 
-from agents import Agent, Handoff, run_state
+from agents import Agent, run_state
 
 __all__ = [
     "agent_label", "approval_tool", "function_tool_label", "graph_labels", "labelled",
-    "reachable_agents", "starting_agent", "tool_label",
+    "starting_agent", "tool_label",
 ]
 
 Labels = Mapping[int, str]
@@ -42,30 +42,6 @@ Labels = Mapping[int, str]
 
 _LABELS: ContextVar[Labels] = ContextVar("evidence_ledger_agent_labels",
                                          default=MappingProxyType({}))
-
-
-def _handoff_target(item: Any) -> Any:
-    """The agent a handoff leads to: an ``Agent`` listed bare, or the one a ``handoff(agent)``
-    object was made for (the SDK keeps a weak reference to it; None for a custom one)."""
-    if isinstance(item, Handoff):
-        ref = getattr(item, "_agent_ref", None)
-        return ref() if callable(ref) else None
-    return item
-
-
-def reachable_agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
-    """``root`` and every agent reachable from it through handoffs and agent tools, each
-    once, breadth first, in the order they are listed (handoffs, then tools)."""
-    queue, seen = [root], set()
-    while queue:
-        agent = queue.pop(0)
-        if id(agent) in seen:
-            continue
-        seen.add(id(agent))
-        yield agent
-        found = [_handoff_target(h) for h in agent.handoffs]
-        found += [getattr(t, "_agent_instance", None) for t in agent.tools]
-        queue += [a for a in found if isinstance(a, Agent)]
 
 
 def starting_agent(agent: Agent[Any], input: Any) -> Agent[Any]:

@@ -21,6 +21,7 @@ policies carry it, on resume as well; the agent tool itself is left as the SDK m
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from operator import methodcaller
 from typing import Any
 
@@ -48,7 +49,6 @@ from openai.types.responses import ResponseFunctionToolCall
 from evidence_ledger.record.integrations.agent_labels import (
     agent_label,
     function_tool_label,
-    reachable_agents,
     tool_label,
 )
 from evidence_ledger.record.integrations.approval_callbacks import wrap_approval_callbacks
@@ -141,6 +141,30 @@ def attach(agent: Agent[Any]) -> Agent[Any]:
                 wrap_approval_callbacks(tool)
                 _wrap_policy(current, tool)
     return agent
+
+
+def _handoff_target(item: Any) -> Any:
+    """The agent a handoff leads to: an ``Agent`` listed bare, or the one a ``handoff(agent)``
+    object was made for (the SDK keeps a weak reference to it; None for a custom one)."""
+    if isinstance(item, Handoff):
+        ref = getattr(item, "_agent_ref", None)
+        return ref() if callable(ref) else None
+    return item
+
+
+def reachable_agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
+    """``root`` and every agent reachable from it through handoffs and agent tools, each
+    once, breadth first, in the order they are listed (handoffs, then tools)."""
+    queue, seen = [root], set()
+    while queue:
+        agent = queue.pop(0)
+        if id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        yield agent
+        found = [_handoff_target(h) for h in agent.handoffs]
+        found += [getattr(t, "_agent_instance", None) for t in agent.tools]
+        queue += [a for a in found if isinstance(a, Agent)]
 
 
 def _wrap_policy(agent: Agent[Any], tool: Any) -> None:
@@ -288,6 +312,7 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
     for item in calls:
         name, tool_name = _field(item, "name"), _call_tool(item)
         gated: bool | None  # a callable policy decides per call: None
+        unknown = False  # a tool the agent does not have (nor a handoff, nor an MCP server)
         if tool_name in tools:
             policy = tools[tool_name].needs_approval
             gated = policy if isinstance(policy, bool) else None
@@ -298,14 +323,14 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
             gated = native_policy if isinstance(native_policy, bool) else None
         else:  # an MCP server's tool, unless it is a handoff
             gated = None if name in names else mcp_server_policy(agent, name)
+            unknown = name not in names and not agent.mcp_servers
         found.append(methodcaller(
             "call", run_id=frame.run_id, call_id=_field(item, "call_id"),
             agent=agent_label(agent), tool=tool_name, arguments=_field(item, "arguments"),
             scope=frame.scope, needs_approval=gated,
             response_id=response.response_id, time_ns=clock(),
         ))
-        if (frame.answers_unknown_tools and tool_name not in tools and name not in names
-                and name not in others and not agent.mcp_servers):
+        if unknown and frame.answers_unknown_tools:
             found.append(methodcaller(  # the SDK answers it with an error text, runs nothing
                 "guardrail", run_id=frame.run_id, call_id=_field(item, "call_id"),
                 guardrail=TOOL_NOT_FOUND, message=None, scope=frame.scope,

@@ -44,9 +44,9 @@ class Leg:
 
     started: dict[tuple[Scope, str], tuple[str, str, str]] = field(
         default_factory=dict, compare=False)
-    """``(scope, call_id)`` -> ``(agent name, tool name, arguments)`` of each call whose tool
-    the SDK started in this leg (``on_tool_start``): one whose execution was not recorded
-    when the leg ends is looked for among the outputs the SDK published (see
+    """``(scope, call_id)`` -> ``(agent, tool, arguments)`` as the ledger records them, of
+    each call whose tool the SDK started in this leg (``on_tool_start``): one whose
+    execution is not recorded is looked for among the outputs the SDK commits (see
     :mod:`~evidence_ledger.record.integrations.published`; shared like
     ``handoff_calls``)."""
 

@@ -55,7 +55,7 @@ class RecordingRunner(AgentRunner):
                 return await self.inner.run(starting_agent, input, **kwargs)
             finally:
                 leg = CURRENT_LEG.get()
-                if leg is not None and leg.scope and placed is not _AS_IT_IS:
+                if leg is not None and leg.scope:  # an agent tool's run, in its call's scope
                     for execution in committed_executions(leg, input):
                         leg.record(execution)
 
@@ -68,10 +68,6 @@ class RecordingRunner(AgentRunner):
         return self.inner.run_sync(starting_agent, input, **kwargs)
 
 
-_AS_IT_IS = contextlib.nullcontext()
-"""Where a run outside any recorded leg, or the recorder's own run of a leg, belongs."""
-
-
 def _placed(
     starting_agent: Any, kwargs: dict[str, Any]
 ) -> tuple[AbstractContextManager[None], dict[str, Any]]:
@@ -79,7 +75,7 @@ def _placed(
     module docstring)."""
     leg, hooks = CURRENT_LEG.get(), kwargs.get("hooks")
     if leg is None or isinstance(hooks, RecordingRunHooks):
-        return _AS_IT_IS, kwargs
+        return contextlib.nullcontext(), kwargs
     edge = _agent_tool_edge(starting_agent, kwargs.get("context"))
     if edge is None:
         return entered(None), kwargs

@@ -70,6 +70,12 @@ def _committed(state: Any) -> Iterator[tuple[str, Any]]:
             yield found
 
 
+def _unreported(frame: Leg) -> bool:
+    """True when ``frame`` started a call in its scope whose execution it has not recorded
+    (else there is nothing to look for: the common case, read before any item is)."""
+    return any(key[0] == frame.scope and key not in frame.executed for key in frame.started)
+
+
 def _executions(frame: Leg, outputs: Iterable[tuple[str, Any]]) -> list[Write]:
     """What records, now, the execution of each call ``frame`` started in its scope and has
     not reported whose output is in ``outputs`` (the first one given per call)."""
@@ -95,7 +101,7 @@ def committed_executions(frame: Leg, state: Any) -> list[Write]:
     """What records the executions of the calls ``frame`` started in its scope and did not
     report, whose output ``state`` (the ``RunState`` the leg resumed; anything else: none)
     holds, timed now; empty when there are none."""
-    if not isinstance(state, RunState):
+    if not isinstance(state, RunState) or not _unreported(frame):
         return []
     return _executions(frame, _committed(state))
 
@@ -104,5 +110,7 @@ def persisted_executions(frame: Leg, items: Iterable[Any]) -> list[Write]:
     """What records the executions of the calls ``frame`` started and did not report whose
     outputs are among ``items``, the items the SDK is persisting to the session (to be
     appended before those items' ``session_item`` entries)."""
+    if not _unreported(frame):
+        return []
     outputs = (output_item(item) for item in items)
     return _executions(frame, (found for found in outputs if found is not None))
