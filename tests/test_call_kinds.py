@@ -178,7 +178,7 @@ async def test_every_kind_of_call_is_recorded_and_verifies_clean(every_kind: Pat
     assert verify_ledger(Ledger(every_kind)).violations == []
 
 
-def _reappended_without_decision(source: Path, target: Path, call_id: str) -> None:
+def reappended_without_decision(source: Path, target: Path, call_id: str) -> None:
     """Append every entry of ``source`` to a new ledger at ``target``, in order, with its
     links to earlier entries re-pointed, except the decision on ``call_id``."""
     writer = EvidenceWriter(Ledger(target))
@@ -195,6 +195,6 @@ def _reappended_without_decision(source: Path, target: Path, call_id: str) -> No
 async def test_a_missing_approval_of_any_kind_is_reported(
     every_kind: Path, tmp_path: Path, call_id: str
 ):
-    _reappended_without_decision(every_kind, tmp_path / "ledger", call_id)
+    reappended_without_decision(every_kind, tmp_path / "ledger", call_id)
     violations = verify_ledger(Ledger(tmp_path / "ledger")).violations
     assert {(v.rule, v.call_id) for v in violations} == {("approval_binding", call_id)}

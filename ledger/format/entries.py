@@ -135,6 +135,11 @@ describe the same fields; a test keeps the two in step)."""
 KINDS = tuple(BODY_FIELDS)
 """Entry kinds this format version defines."""
 
+CONTEXT_APPROVER = "run_context"
+"""The ``approver`` of a ``decision`` the recorder did not see being made but read off the
+SDK's run context when the SDK ran the call: an approval the app made on the context itself
+or on a run state it did not give the recorder (``verify`` names each in a notice)."""
+
 PAYLOAD_FIELDS = (
     "args_payload", "result_digest", "message_digest", "item_digest", "output_digest",
     "history_digest",

@@ -158,6 +158,8 @@ class EvidenceWriter:
         self._call_agents: dict[CallKey, tuple[str, bytes]] = {}
         self._calls_by_id: dict[tuple[str, str], list[bytes]] = {}
         self._ingested: set[bytes] = set()
+        self._decided_ids: set[str] = set()
+        self._sticky: set[tuple[str, Scope, str | None, str | None]] = set()
         self._states: dict[bytes | tuple[Any, ...], tuple[str, str]] = {}
         self._latest_state: dict[str, str] = {}  # run_id -> its latest state made
 
@@ -170,6 +172,11 @@ class EvidenceWriter:
             self._calls[key] = hash_
             self._call_agents[key] = (body["agent"], body["args_digest"])
             self._calls_by_id.setdefault((body["run_id"], body["call_id"]), []).append(hash_)
+        elif entry.kind == "decision":
+            self._decided_ids.add(body["call_id"])
+            if body["always"]:
+                self._sticky.add((body["run_id"], tuple(body["scope"]), body["agent"],
+                                  body["tool"]))
         elif entry.kind == "ingest":
             self._ingested.add(body["file_sha256"])
         elif entry.kind == "run_state" and body["event"] in _MADE:
@@ -190,6 +197,19 @@ class EvidenceWriter:
             found = self._calls_by_id.get((run_id, call_id))
             return found[-1] if found else None
         return self._calls.get((run_id, tuple(scope), call_id))
+
+    def decided(
+        self, run_id: str, scope: Sequence[str], call_id: str, agent: str | None, tool: str,
+    ) -> bool:
+        """True when a decision naming ``call_id`` is recorded, in any run or scope (on
+        another call with that id, it may be the one the SDK applies), or a sticky one
+        (``always``) on ``agent``'s ``tool`` in ``run_id`` and ``scope`` (``agent`` None:
+        any agent's); approvals and rejections alike, on any run state."""
+        if call_id in self._decided_ids:
+            return True
+        if agent is not None:
+            return (run_id, tuple(scope), agent, tool) in self._sticky
+        return any((r, s, t) == (run_id, tuple(scope), tool) for r, s, _, t in self._sticky)
 
     @property
     def size(self) -> int:

@@ -189,6 +189,6 @@ def verify_records(
     report.violations = sorted(
         integrity + lost + engine.findings, key=lambda f: (f.seq is None, f.seq)
     )
-    report.notices = report.notices + engine.notices + engine.session_notices()
+    report.notices = report.notices + engine.notices + engine.closing_notices()
     report.calls = engine.calls
     return report

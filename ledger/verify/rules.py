@@ -3,12 +3,17 @@
 :class:`RuleEngine` reads entries in log order and keeps only per-call state, so a
 whole ledger streams through it. Rules (stable names, see FORMAT.md):
 
-- ``tool_linkage``: every persisted ``function_call_output`` has a persisted
-  ``function_call`` with the same ``call_id`` in that session, no later than the output;
+- ``tool_linkage``: every persisted tool output (``function_call_output``, and the
+  outputs of the other kinds of call the SDK runs locally, :data:`CALL_OUTPUTS`) has a
+  persisted call item of its kind with the same ``call_id`` in that session, no later
+  than the output;
 - ``output_provenance``: every persisted ``function_call_output`` traces to a recorded
   call and to an execution whose result digest equals the output digest, a rejection
   whose message it carries, or a guardrail block; a result an output guardrail withheld
-  (its block recorded at its execution's time, right after it) does not count;
+  (its block recorded at its execution's time, right after it) does not count. The
+  output of another kind traces to a recorded call and to an execution, a rejection or a
+  block of it (the SDK persists its own rendering of such a tool's result, not the value
+  the tool returned, so digests are not compared);
 - ``execution_provenance``: every execution traces to a recorded call;
 - ``approval_binding``: every execution of a gated call follows an approve decision for
   that call (or a sticky approval of that agent's tool in that run, at that agent-as-tool
@@ -48,10 +53,11 @@ import dataclasses
 import operator
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from evidence_ledger.format.entries import Entry
+from evidence_ledger.format.entries import CONTEXT_APPROVER, Entry
 from evidence_ledger.verify.findings import (
     APPROVAL_BINDING,
     APPROVED_NOT_EXECUTED,
@@ -70,6 +76,14 @@ from evidence_ledger.verify.lineage import ancestry
 CallKey = tuple[str, tuple[str, ...], str]
 T = TypeVar("T")
 ANY_MESSAGE = b"*"  # a rejection or block whose message was not recorded matches any output
+CALL_OUTPUTS = {
+    "function_call_output": "function_call", "shell_call_output": "shell_call",
+    "local_shell_call_output": "local_shell_call", "apply_patch_call_output": "apply_patch_call",
+    "computer_call_output": "computer_call", "custom_tool_call_output": "custom_tool_call",
+}
+"""Item type of a persisted tool output -> item type of its call (the kinds of call the SDK
+runs locally; a hosted call's item is its call and its result at once)."""
+_CALL_ITEMS = frozenset(CALL_OUTPUTS.values())
 
 
 def _digest_text(digest: bytes | None) -> str:
@@ -199,6 +213,13 @@ class CallState:
         return bool(self.needs_approval) or bool(self.policy_result)
 
 
+def _first(names: Iterable[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``names``, comma-separated, with how many more there are."""
+    names = list(names)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 class RuleEngine:
     """Apply the rules to entries fed in log order.
 
@@ -230,6 +251,7 @@ class RuleEngine:
         self._last_run: tuple[CallState, int, bytes | None] | None = None
         # run -> whether it persisted a session item, for each run with a top-level execution
         self._persisted: dict[str, bool] = {}
+        self._context_decisions: list[int] = []  # seq of each decision read off a run context
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -251,22 +273,28 @@ class RuleEngine:
             return top or nested
         return top if top.seq > nested.seq else nested  # the latest in any scope
 
-    def session_notices(self) -> list[str]:
+    def closing_notices(self) -> list[str]:
         """Once every entry is fed: a notice naming the runs that executed tools at top
         level but persisted no session item (run without a session, or with the history
         kept by the provider: ``conversation_id`` / ``previous_response_id``), to which
-        ``tool_linkage`` and ``output_provenance`` do not apply; empty when there are
-        none."""
+        ``tool_linkage`` and ``output_provenance`` do not apply; and one naming the
+        decisions the recorder read off a run context (approver
+        :data:`~evidence_ledger.format.entries.CONTEXT_APPROVER`), which no one made
+        through it. Empty when there are neither."""
+        notices = []
         runs = [run_id for run_id, persisted in self._persisted.items() if not persisted]
-        if not runs:
-            return []
-        shown = ", ".join(run_id[:12] for run_id in runs[:3])
-        more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
-        return [
-            f"{len(runs)} run(s) executed tools but persisted no session item ({shown}{more}): "
-            f"{TOOL_LINKAGE} and {OUTPUT_PROVENANCE} do not apply to them (no session, or "
-            "history kept by the provider: the calls' response ids link it)"
-        ]
+        if runs:
+            notices.append(
+                f"{len(runs)} run(s) executed tools but persisted no session item "
+                f"({_first(run_id[:12] for run_id in runs)}): {TOOL_LINKAGE} and "
+                f"{OUTPUT_PROVENANCE} do not apply to them (no session, or history kept by "
+                "the provider: the calls' response ids link it)")
+        if self._context_decisions:
+            notices.append(
+                f"{len(self._context_decisions)} decision(s) read off the run context, not "
+                f"made through the recorder (approver {CONTEXT_APPROVER}; seq "
+                f"{_first(map(str, self._context_decisions))})")
+        return notices
 
     def find_call(self, run_id: str, scope: tuple[str, ...], call_id: str) -> CallState | None:
         """The call the rules attribute evidence naming this identity to: the exact
@@ -355,6 +383,8 @@ class RuleEngine:
             self._scopes.setdefault(tuple(b["scope"]), tuple(b["scope"])), state,
         )
         call.decisions = (*call.decisions, decision)
+        if b["approver"] == CONTEXT_APPROVER:
+            self._context_decisions.append(entry.seq)
         if b["always"]:
             self._sticky[(call.key[0], call.key[1], b["agent"] or call.agent,
                           b["tool"] or call.tool)].append(decision)
@@ -512,35 +542,42 @@ class RuleEngine:
         call_id = b["call_id"]
         if b["op"] == "clear":
             session.clear()
-        elif b["item_type"] == "function_call" and call_id is not None:
+        elif b["item_type"] in _CALL_ITEMS and call_id is not None:
             known = self.calls.get((b["run_id"], (), call_id))
             if known is not None:
                 call_id = known.key[2]  # the call's own string: one copy per call
             session[call_id] += 1 if b["op"] == "add" else -1
-        elif b["item_type"] == "function_call_output" and call_id and b["op"] == "add":
+        elif b["item_type"] in CALL_OUTPUTS and call_id and b["op"] == "add":
             self._check_output(entry, session[call_id] > 0)
 
     def _check_output(self, entry: Entry, linked: bool) -> None:
         b = entry.body
         call = self._find(b)
         key = call.key if call else (b["run_id"], tuple(b["scope"]), b["call_id"])
+        kind = b["item_type"]
         if not linked:
             self._report(
                 TOOL_LINKAGE, entry,
-                f"function_call_output {b['call_id']} persisted in session {b['session_id']} "
-                "without its function_call",
+                f"{kind} {b['call_id']} persisted in session {b['session_id']} "
+                f"without its {CALL_OUTPUTS[kind]}",
                 key,
             )
         if call is None:
             self._report(OUTPUT_PROVENANCE, entry, "output of a call that was never recorded", key)
             return
         call.held_persisted = _held(call.held_persisted, entry.seq)
+        sticky = self._effective(call)
+        sticky_rejected = sticky is not None and sticky.decision == "reject"
+        if kind != "function_call_output":  # the SDK's rendering of the result: no digest
+            if not (call.executions or call.rejection_messages or call.blocks or sticky_rejected):
+                self._report(OUTPUT_PROVENANCE, entry,
+                             f"{kind} of a call with no execution, rejection or guardrail block",
+                             key)
+            return
         output = b["output_digest"]
         withheld = output in call.withheld
         if output in call.results and not withheld:
             return
-        sticky = self._effective(call)
-        sticky_rejected = sticky is not None and sticky.decision == "reject"
         for messages in (call.rejection_messages, call.blocks):
             if sticky_rejected or output in messages or (ANY_MESSAGE in messages and not withheld):
                 return

@@ -52,6 +52,7 @@ from evidence_ledger.record.integrations.agent_labels import (
     tool_label,
 )
 from evidence_ledger.record.integrations.approval_callbacks import wrap_approval_callbacks
+from evidence_ledger.record.integrations.context_decisions import record_context_approval
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg
 from evidence_ledger.record.integrations.native_calls import (
     ProviderRun,
@@ -413,19 +414,29 @@ def _provider_ran(frame: Leg, agent: Agent[Any], ran: ProviderRun, response_id: 
 
 
 def _record_start(context: Any, agent: Agent[Any], tool: Tool) -> None:
-    """``on_tool_start``: note the call the SDK is about to run (:attr:`Leg.started`); a
-    tool of another kind takes its call from the agent's pending calls
-    (:func:`take_started`)."""
+    """``on_tool_start``: note the call the SDK is about to run (:attr:`Leg.started`; a
+    tool of another kind takes its call from the agent's pending calls,
+    :func:`take_started`); if it is gated, record the approval the run context holds for it
+    when the ledger holds none (:mod:`~evidence_ledger.record.integrations.context_decisions`)."""
     frame = current_leg()
+    names: tuple[str, ...]  # the names the SDK may keep a decision on the call under
     if isinstance(tool, FunctionTool):
-        if isinstance(context, ToolContext):
-            frame.started[frame.scope, context.tool_call_id] = (
-                agent_label(agent), _context_tool(context), context.tool_arguments)
-        return
-    started = take_started(frame.native_calls, frame.scope, agent, tool, context, frame.gated)
-    if started is not None:  # a shell, apply_patch, computer or custom tool call
-        frame.started[frame.scope, started[0]] = (agent_label(agent), tool.name, started[1])
-        frame.running.setdefault((frame.scope, agent.name, tool.name), []).append(started[0])
+        if not isinstance(context, ToolContext):
+            return
+        call_id, names = context.tool_call_id, (context.tool_name, _context_tool(context))
+        label, arguments = names[1], context.tool_arguments
+    else:
+        started = take_started(frame.native_calls, frame.scope, agent, tool, context,
+                               frame.gated)
+        if started is None:
+            return
+        (call_id, arguments), label = started, tool.name
+        names = (label,)  # a shell, apply_patch, computer or custom tool call
+        frame.running.setdefault((frame.scope, agent.name, label), []).append(call_id)
+    frame.started[frame.scope, call_id] = (agent_label(agent), label, arguments)
+    if frame.gated.get((frame.scope, call_id), getattr(tool, "needs_approval", None) is True):
+        record_context_approval(frame, context, names, call_id, agent_label(agent), label,
+                                arguments)
 
 
 def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
@@ -540,9 +551,14 @@ class RecordingRunHooks(RunHooks[Any]):
         self.inner = inner
 
     async def _forward(self, name: str, args: Any, kwargs: Any, record: Any = None) -> None:
-        if record is not None and CURRENT_LEG.get() is not None:
+        frame = CURRENT_LEG.get()
+        if frame is not None:
             named = _BASE_SIGNATURES[name].bind(self, *args, **kwargs).arguments
-            record(named)
+            context = named.get("context")
+            if callable(getattr(context, "is_tool_approved", None)):
+                frame.contexts[frame.scope] = context
+            if record is not None:
+                record(named)
         if self.inner is not None:
             await getattr(self.inner, name)(*args, **kwargs)
 
@@ -574,6 +590,7 @@ class RecordingRunHooks(RunHooks[Any]):
 
 _BASE_SIGNATURES = {
     name: inspect.signature(getattr(RunHooks, name))
-    for name in ("on_handoff", "on_tool_start", "on_tool_end", "on_llm_end")
+    for name in ("on_agent_start", "on_agent_end", "on_handoff", "on_tool_start", "on_tool_end",
+                 "on_llm_start", "on_llm_end")
 }
 """How the SDK's run hooks name their arguments (read from ``RunHooks`` itself)."""

@@ -67,6 +67,11 @@ class Leg:
     """What a tool's callable ``needs_approval`` decided per ``(scope, call_id)`` in this
     leg (shared like ``handoff_calls``)."""
 
+    contexts: dict[Scope, Any] = field(default_factory=dict, compare=False)
+    """Per scope: the run context (``RunContextWrapper``) the SDK last passed to a run hook
+    there; at top level, before any hook, the one the leg was given (the resumed state's,
+    or a wrapper passed as ``context``) (shared like ``handoff_calls``)."""
+
     answers_unknown_tools: bool = False
     """The run's ``RunConfig`` has the SDK answer a call of a tool the agent does not have
     with an error text (``tool_not_found_behavior="return_error_to_model"``) rather than

@@ -337,9 +337,10 @@ class Recorder:
                        resumed=input, handoff_calls=pending_handoffs(input),
                        native_calls=pending_native_calls(input),
                        response_calls=pending_response_calls(input), labels=labels,
+                       contexts={(): getattr(input, "_context", None)},
                        answers_unknown_tools=answers)
         return Leg(self._journal, since, uuid.uuid4().hex, labels=labels,
-                   answers_unknown_tools=answers)
+                   contexts={(): kwargs.get("context")}, answers_unknown_tools=answers)
 
     # -- run states --------------------------------------------------------------------
 

@@ -1,0 +1,214 @@
+"""Approvals an app made on the run context, outside the recorder, as the ledger records them
+(``ledger/record/integrations/context_decisions.py``): read off the context when the SDK
+runs the call, with approver ``run_context``, named by ``verify`` in a notice; never in
+place of a decision the ledger already holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import (
+    Agent,
+    RunContextWrapper,
+    ShellTool,
+    SQLiteSession,
+    ToolApprovalItem,
+    function_tool,
+)
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from evidence_ledger import Recorder
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
+
+from .test_call_kinds import reappended_without_decision
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@function_tool(needs_approval=True)
+def pay(amount: int) -> str:
+    """Pay (gated)."""
+    return f"paid {amount}"
+
+
+SHELL_CALL = {"type": "shell_call", "id": "id-shell", "call_id": "c-shell",
+              "status": "in_progress",
+              "action": {"type": "exec", "commands": ["ls"], "timeout_ms": 1000}}
+
+
+def _agent(ran: list[str], *steps: list[Any]) -> Agent[Any]:
+    def execute(request: Any) -> str:
+        ran.append(request.data.action.commands[0])
+        return "listed"
+
+    return Agent(name="operator", tools=[pay, ShellTool(executor=execute, needs_approval=True)],
+                 model=ScriptedModel([ModelStep(output=step) for step in steps]))
+
+
+def _approve_on(context: RunContextWrapper[Any], agent: Agent[Any], calls: list[Any]) -> None:
+    """Approve ``calls`` of ``agent`` on ``context``, as an app does outside the recorder."""
+    for call in calls:
+        shell = isinstance(call, dict) and call["type"] == "shell_call"
+        context.approve_tool(ToolApprovalItem(agent=agent, raw_item=call,
+                                              tool_name="shell" if shell else None))
+
+
+def _decisions(ledger: Path) -> dict[str, tuple[str, str]]:
+    """call_id -> (decision, approver) of each decision entry."""
+    return {e.body["call_id"]: (e.body["decision"], e.body["approver"])
+            for e, _ in Ledger(ledger).entries() if e.kind == "decision"}
+
+
+async def test_approvals_made_on_the_context_before_the_run_are_recorded(tmp_path: Path):
+    ran: list[str] = []
+    calls = [function_call("pay", {"amount": 3}, call_id="c-pay"), SHELL_CALL]
+    agent = _agent(ran, calls, [assistant_message("done")])
+    context = RunContextWrapper(context=None)
+    _approve_on(context, agent, calls)
+
+    result = await Recorder(tmp_path).run(agent, "go", context=context)
+
+    assert result.final_output == "done" and not result.interruptions and ran == ["ls"]
+    assert _decisions(tmp_path) == {"c-pay": ("approve", "run_context"),
+                                    "c-shell": ("approve", "run_context")}
+    report = verify_ledger(Ledger(tmp_path))
+    assert report.violations == []
+    assert any("2 decision(s) read off the run context" in n for n in report.notices)
+
+
+@pytest.mark.parametrize("call_id", ["c-pay", "c-shell"])
+async def test_without_the_approval_read_off_the_context_the_execution_is_reported(
+    tmp_path: Path, call_id: str
+):
+    calls = [function_call("pay", {"amount": 3}, call_id="c-pay"), SHELL_CALL]
+    agent = _agent([], calls, [assistant_message("done")])
+    context = RunContextWrapper(context=None)
+    _approve_on(context, agent, calls)
+    await Recorder(tmp_path / "a").run(agent, "go", context=context)
+
+    reappended_without_decision(tmp_path / "a", tmp_path / "b", call_id)
+    violations = verify_ledger(Ledger(tmp_path / "b")).violations
+    assert {(v.rule, v.call_id) for v in violations} == {("approval_binding", call_id)}
+
+
+async def test_an_approval_on_the_state_behind_the_recorders_back_is_the_contexts(
+    tmp_path: Path,
+):
+    ran: list[str] = []
+    agent = _agent(ran, [SHELL_CALL], [assistant_message("done")])
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "list")).to_state()
+    state.approve(state.get_interruptions()[0])  # not through the recorder
+
+    await recorder.run(agent, state)
+
+    assert ran == ["ls"] and _decisions(tmp_path) == {"c-shell": ("approve", "run_context")}
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_recorded_rejection_is_never_covered_by_the_contexts_approval(tmp_path: Path):
+    ran: list[str] = []
+    agent = _agent(ran, [SHELL_CALL], [assistant_message("done")])
+    recorder = Recorder(tmp_path)
+    state = (await recorder.run(agent, "list")).to_state()
+    item = state.get_interruptions()[0]
+    recorder.reject(state, item, approver="ann")
+    state.approve(item)  # the app overrides the recorded rejection, behind the recorder
+
+    await recorder.run(agent, state)
+
+    assert ran == ["ls"] and _decisions(tmp_path) == {"c-shell": ("reject", "ann")}
+    violations = verify_ledger(Ledger(tmp_path)).violations
+    assert {(v.rule, v.call_id) for v in violations} == {("rejection_respected", "c-shell")}
+
+
+async def test_a_context_approval_of_a_call_id_another_run_decided_is_not_taken(
+    tmp_path: Path,
+):
+    recorder = Recorder(tmp_path)
+    first = _agent([], [function_call("pay", {"amount": 1}, call_id="c-pay")],
+                   [assistant_message("done")])
+    state = (await recorder.run(first, "pay one")).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann")
+    await recorder.run(first, state)
+
+    # a second run, whose context holds an approval of that call id: one that could have
+    # leaked from the first run, so the ledger does not take it as this run's
+    calls = [function_call("pay", {"amount": 999}, call_id="c-pay")]
+    second = _agent([], calls, [assistant_message("done")])
+    context = RunContextWrapper(context=None)
+    context.approve_tool(ToolApprovalItem(agent=second, raw_item=calls[0]))
+    await recorder.run(second, "pay again", context=context)
+
+    assert list(_decisions(tmp_path).values()) == [("approve", "ann")]
+    violations = verify_ledger(Ledger(tmp_path)).violations
+    assert [(v.rule, v.call_id) for v in violations] == [("state_isolation", "c-pay")]
+    assert violations[0].detail.startswith("no approval in this run")
+
+
+async def test_a_call_the_context_does_not_approve_records_no_decision(tmp_path: Path):
+    agent = _agent([], [function_call("pay", {"amount": 3}, call_id="c-pay")],
+                   [assistant_message("done")])
+    context = RunContextWrapper(context=None)
+    context.approve_tool(ToolApprovalItem(
+        agent=agent, raw_item=function_call("pay", {"amount": 3}, call_id="c-other")))
+
+    result = await Recorder(tmp_path).run(agent, "go", context=context)
+
+    assert [i.call_id for i in result.interruptions] == ["c-pay"]
+    assert _decisions(tmp_path) == {}
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+def _reject_on(context: RunContextWrapper[Any], agent: Agent[Any], calls: list[Any]) -> None:
+    """Reject ``calls`` of ``agent`` on ``context``, each with message ``no <call_id>``."""
+    for call in calls:
+        shell = isinstance(call, dict) and call["type"] == "shell_call"
+        call_id = call["call_id"] if shell else call.call_id
+        context.reject_tool(ToolApprovalItem(agent=agent, raw_item=call,
+                                             tool_name="shell" if shell else None),
+                            rejection_message=f"no {call_id}")
+
+
+async def test_rejections_made_on_the_context_are_recorded_when_persisted(tmp_path: Path):
+    ran: list[str] = []
+    calls = [function_call("pay", {"amount": 3}, call_id="c-pay"), SHELL_CALL]
+    agent = _agent(ran, calls, [assistant_message("done")])
+    context = RunContextWrapper(context=None)
+    _reject_on(context, agent, calls)
+
+    session = SQLiteSession("s", str(tmp_path / "s.db"))
+    result = await Recorder(tmp_path / "a").run(agent, "go", context=context, session=session)
+
+    assert result.final_output == "done" and ran == []
+    assert _decisions(tmp_path / "a") == {"c-pay": ("reject", "run_context"),
+                                          "c-shell": ("reject", "run_context")}
+    assert verify_ledger(Ledger(tmp_path / "a")).violations == []
+    for call_id in ("c-pay", "c-shell"):  # without it, the persisted message is unexplained
+        reappended_without_decision(tmp_path / "a", tmp_path / call_id, call_id)
+        violations = verify_ledger(Ledger(tmp_path / call_id)).violations
+        assert {(v.rule, v.call_id) for v in violations} == {("output_provenance", call_id)}
+
+
+async def test_a_rejection_on_the_state_behind_the_recorders_back_is_the_contexts(
+    tmp_path: Path,
+):
+    ran: list[str] = []
+    agent = _agent(ran, [SHELL_CALL], [assistant_message("done")])
+    recorder = Recorder(tmp_path)
+    session = SQLiteSession("s", str(tmp_path / "s.db"))
+    state = (await recorder.run(agent, "list", session=session)).to_state()
+    state.reject(state.get_interruptions()[0], rejection_message="not now")
+
+    await recorder.run(agent, state, session=session)
+
+    assert ran == [] and _decisions(tmp_path) == {"c-shell": ("reject", "run_context")}
+    assert verify_ledger(Ledger(tmp_path)).violations == []
