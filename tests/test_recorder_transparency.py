@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import inspect
 import logging
 import sys
@@ -21,10 +22,12 @@ import pytest
 from agents import (
     Agent,
     ApplyPatchTool,
+    CodeInterpreterTool,
     CustomTool,
     FileSearchTool,
     GuardrailFunctionOutput,
     HostedMCPTool,
+    ImageGenerationTool,
     OutputGuardrail,
     OutputGuardrailTripwireTriggered,
     RunConfig,
@@ -33,6 +36,7 @@ from agents import (
     RunState,
     ShellTool,
     SQLiteSession,
+    ToolSearchTool,
     ToolsToFinalOutputResult,
     WebSearchTool,
     function_tool,
@@ -44,10 +48,19 @@ from agents.editor import ApplyPatchResult
 from agents.mcp import MCPServerStdio
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
-from openai.types.responses import ResponseFileSearchToolCall, ResponseFunctionWebSearch
+from openai.types.responses import (
+    ResponseCodeInterpreterToolCall,
+    ResponseFileSearchToolCall,
+    ResponseFunctionWebSearch,
+)
+from openai.types.responses.response_code_interpreter_tool_call import OutputLogs
 from openai.types.responses.response_file_search_tool_call import Result
 from openai.types.responses.response_function_web_search import ActionSearch
-from openai.types.responses.response_output_item import McpApprovalRequest, McpCall
+from openai.types.responses.response_output_item import (
+    ImageGenerationCall,
+    McpApprovalRequest,
+    McpCall,
+)
 
 from evidence_ledger import Recorder
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -899,16 +912,39 @@ async def test_hosted_tool_calls_are_recorded_with_the_providers_result(tmp_path
     found_files = ResponseFileSearchToolCall(
         id="fs-1", type="file_search_call", status="completed", queries=["refund policy"],
         results=[Result(file_id="f-1", filename="policy.md", text="refunds within 30 days")])
-    agent = Agent(name="researcher", tools=[WebSearchTool(), FileSearchTool(
-        vector_store_ids=["vs-1"])], model=ScriptedModel([
-            ModelStep(output=[searched, found_files, assistant_message("done")])]))
-    assert (await Recorder(tmp_path).run(agent, "look it up")).final_output == "done"
+    interpreted = ResponseCodeInterpreterToolCall(
+        id="ci-1", type="code_interpreter_call", status="completed", code="print(1)",
+        container_id="cnt-1", outputs=[OutputLogs(type="logs", logs="1")])
+    drawn = ImageGenerationCall(id="ig-1", type="image_generation_call", status="completed",
+                                result="aW1n")
+    tool_search = [  # the provider's tool search: its call, then its output, as two items
+        {"type": "tool_search_call", "id": "ts-1", "call_id": "ts-call", "execution": "server",
+         "arguments": {"query": "refunds"}, "status": "completed"},
+        {"type": "tool_search_output", "id": "tso-1", "call_id": "ts-call",
+         "execution": "server", "status": "completed", "tools": []},
+    ]
+    agent = Agent(name="researcher", tools=[
+        WebSearchTool(), FileSearchTool(vector_store_ids=["vs-1"]),
+        CodeInterpreterTool(tool_config={"type": "code_interpreter", "container": "auto"}),
+        ImageGenerationTool(tool_config={"type": "image_generation"}), ToolSearchTool(),
+    ], model=ScriptedModel([ModelStep(output=[
+        searched, found_files, interpreted, drawn, *tool_search, assistant_message("done")])]))
+    session = SQLiteSession("s", str(tmp_path / "s.db"))
+    done = await Recorder(tmp_path / "l").run(agent, "look it up", session=session)
+    assert done.final_output == "done"
 
-    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path).entries()]
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path / "l").entries()]
     assert [(b["call_id"], b["tool"], b["needs_approval"]) for k, b in found if k == "call"] == [
-        ("ws-1", "web_search", False), ("fs-1", "file_search", False)]
-    assert [b["call_id"] for k, b in found if k == "execution"] == ["ws-1", "fs-1"]
-    assert verify_ledger(Ledger(tmp_path)).violations == []
+        ("ws-1", "web_search", False), ("fs-1", "file_search", False),
+        ("ci-1", "code_interpreter", False), ("ig-1", "image_generation", False),
+        ("ts-call", "tool_search", False)]
+    executions = {b["call_id"]: b for k, b in found if k == "execution"}
+    assert list(executions) == ["ws-1", "fs-1", "ci-1", "ig-1", "ts-call"]
+    assert executions["ts-call"]["result_digest"] == hashlib.sha256(b"[]").digest()
+    persisted = [b["item_type"] for k, b in found if k == "session_item"]
+    assert persisted[1:-1] == ["web_search_call", "file_search_call", "code_interpreter_call",
+                               "image_generation_call", "tool_search_call", "tool_search_output"]
+    assert verify_ledger(Ledger(tmp_path / "l")).violations == []
 
 
 class CallableCheck:

@@ -236,3 +236,39 @@ def test_the_result_withheld_is_the_one_the_block_followed(tmp_path):
     ])
     assert [v["rule"] for v in report["violations"]] == [
         "exactly_once", "exactly_once", "output_provenance"]
+
+
+_SHELL_CALL = {"type": "shell_call", "call_id": "c1", "status": "completed",
+               "action": {"commands": ["ls"]}}
+_SHELL_OUTPUT = {"type": "shell_call_output", "call_id": "c1",
+                 "output": [{"stdout": "a.txt", "stderr": "",
+                             "outcome": {"type": "exit", "exit_code": 0}}]}
+
+
+def _session(*items):
+    return [{"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": item}
+            for item in items]
+
+
+@pytest.mark.parametrize(("evidence", "items", "rules"), [
+    # ran, approved, both items persisted in order: clean (the output is the SDK's rendering)
+    ([_APPROVE, {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
+                 "result": "a.txt"}], [_SHELL_CALL, _SHELL_OUTPUT], []),
+    # rejected: the SDK persists its rejection message as the output
+    ([{**_APPROVE, "decision": "reject"}], [_SHELL_CALL, _SHELL_OUTPUT], []),
+    # blocked by a guardrail
+    ([_BLOCK], [_SHELL_CALL, _SHELL_OUTPUT], []),
+    # an output persisted without its call item
+    ([_APPROVE, {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
+                 "result": "a.txt"}], [_SHELL_OUTPUT], ["tool_linkage"]),
+    # an output of a call that never ran, nor was rejected or blocked
+    ([_APPROVE], [_SHELL_CALL, _SHELL_OUTPUT], ["output_provenance", "approved_not_executed"]),
+])
+def test_the_outputs_of_a_shell_call_are_judged_like_a_functions(tmp_path, evidence, items,
+                                                                  rules):
+    report = _ingest_events(tmp_path, [
+        {**_GATED, "tool": "shell"}, *evidence, *_session(*items),
+        {"kind": "run_end", "run_id": "r1", "status": "completed"},
+    ])
+    assert [(v["rule"], v["call_id"]) for v in report["violations"]] == [
+        (rule, "c1") for rule in rules]

@@ -350,7 +350,7 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
                 frame.native_calls.setdefault((frame.scope, agent.name, tool), []).append(
                     (call_id, arguments))
         else:
-            ran = provider_run(item)
+            ran = provider_run(item, response.output)
             if ran is not None:  # a hosted tool's call (or a hosted MCP call)
                 found.append(_provider_ran(frame, agent, ran, response.response_id, clock()))
     if not found:
@@ -397,7 +397,7 @@ def _provider_ran(frame: Leg, agent: Agent[Any], ran: ProviderRun, response_id: 
                   time_ns: int) -> Any:
     """What records a call the provider ran (:func:`provider_run`): the execution of the
     approval request it names (if that call was recorded), else its own call and
-    execution."""
+    execution (none when the response holds no result of it)."""
 
     def write(writer: EvidenceWriter) -> None:
         if not ran.requested:
@@ -406,6 +406,8 @@ def _provider_ran(frame: Leg, agent: Agent[Any], ran: ProviderRun, response_id: 
                         needs_approval=False, response_id=response_id, time_ns=time_ns)
         elif writer.find_call(frame.run_id, frame.scope, ran.call_id) is None:
             return  # a request this run never recorded
+        if ran.result is None:  # the response holds no result of it
+            return
         writer.execution(run_id=frame.run_id, call_id=ran.call_id, arguments=ran.arguments,
                          scope=frame.scope, agent=agent_label(agent), tool=ran.tool,
                          result=ran.result, run_state=frame.run_state, time_ns=time_ns)

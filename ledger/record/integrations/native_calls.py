@@ -18,7 +18,10 @@ A model response's items of these kinds are recorded as calls, like ``function_c
 - a hosted tool's call (web search, file search, code interpreter, image generation) comes
   back from the provider as one item holding what it asked and what it got: it is recorded
   as its call (keyed by the item's id, needing no approval: the SDK asks for none) and its
-  execution, whose result is the provider's (:data:`HOSTED_KINDS`, :func:`provider_run`).
+  execution, whose result is the provider's (:data:`HOSTED_KINDS`, :func:`provider_run`);
+  a provider tool search comes back as two items, its ``tool_search_call`` (keyed by its
+  ``call_id``) and its ``tool_search_output`` (the tools it found: the result). The SDK
+  does not run a client-executed tool search (it fails the run).
 
 The pending calls of a resumed state (its interruptions) are known at the start of a leg, so
 a call approved in another process is found too (:func:`pending_native_calls`).
@@ -67,15 +70,29 @@ class ProviderRun(NamedTuple):
     call_id: str
     tool: str
     arguments: str
-    result: str
+    result: str | None
+    """None: the response holds no result of the call (the provider's tool search returns
+    its output as an item of its own)."""
     requested: bool
     """True: the item names an approval request (``call_id`` is that request's id)."""
 
 
-def provider_run(item: Any) -> ProviderRun | None:
+def provider_run(item: Any, response: list[Any]) -> ProviderRun | None:
     """The :class:`ProviderRun` of a hosted tool's call or a hosted MCP call (``mcp_call``:
-    its output, or its error when it failed); None for any other item."""
+    its output, or its error when it failed), ``item`` of the model response ``response``
+    (its output items); None for any other item. A provider tool search
+    (``tool_search_call``, keyed by its ``call_id``) has for result the ``tools`` of the
+    ``tool_search_output`` with that call id in ``response``."""
     kind, item_id = item_field(item, "type"), item_field(item, "id")
+    if kind == "tool_search_call":
+        call_id = item_field(item, "call_id") or item_id
+        if not isinstance(call_id, str):
+            return None
+        found = next((o for o in response if item_field(o, "type") == "tool_search_output"
+                      and item_field(o, "call_id") == call_id), None)
+        return ProviderRun(call_id, "tool_search", payload_text(item_field(item, "arguments")),
+                           None if found is None else payload_text(item_field(found, "tools")),
+                           False)
     if kind == "mcp_call":
         request = item_field(item, "approval_request_id")
         error = item_field(item, "error")
