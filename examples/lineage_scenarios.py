@@ -51,7 +51,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,26 +62,22 @@ from agents import (
     RunState,
     SQLiteSession,
     ToolGuardrailFunctionOutput,
-    Usage,
     function_tool,
     tool_output_guardrail,
 )
 from agents.exceptions import AgentsException
-from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.version import __version__ as SDK_VERSION
 from openai.types.responses import (
-    Response,
-    ResponseCompletedEvent,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
 )
+from scripted_models import Responder, responding_model
 
 from evidence_ledger import Recorder
 
 Plan = list[tuple[str, dict[str, Any], str]]  # (tool, arguments, call_id), in order
-Responder = Callable[[Any], list[Any]]
 
 # -- scripted models ---------------------------------------------------------------------
 
@@ -115,36 +111,9 @@ def responder(plan: Plan, answer: str, together: bool = False) -> Responder:
     return respond
 
 
-class TinyScriptedModel(Model):
-    """The smallest ``Model`` that plays a :func:`responder` (for SDKs without agents.testing)."""
-
-    def __init__(self, respond: Responder) -> None:
-        self.respond = respond
-
-    async def get_response(self, system_instructions: Any, input: Any, *args: Any,
-                           **kwargs: Any) -> ModelResponse:
-        return ModelResponse(output=self.respond(input), usage=Usage(), response_id="resp-tiny")
-
-    async def stream_response(self, system_instructions: Any, input: Any, *args: Any,
-                              **kwargs: Any) -> AsyncIterator[Any]:
-        response = Response(
-            id="resp-tiny", created_at=0, model="tiny", object="response",
-            output=self.respond(input), tool_choice="none", tools=[], top_p=None,
-            parallel_tool_calls=False, status="completed",
-        )
-        yield ResponseCompletedEvent(type="response.completed", response=response,
-                                     sequence_number=0)
-
-
 def scripted_model(plan: Plan, answer: str, together: bool = False) -> Model:
-    """``agents.testing.ScriptedModel`` playing :func:`responder`, or the tiny one."""
-    respond = responder(plan, answer, together)
-    try:
-        from agents.testing import ModelStep, ScriptedModel
-    except ImportError:
-        return TinyScriptedModel(respond)
-    turns = len(plan) * 4 + 4  # replays on resume call the model again
-    return ScriptedModel([ModelStep.respond(lambda call: respond(call.input))] * turns)
+    """A model playing :func:`responder` (see ``scripted_models.responding_model``)."""
+    return responding_model(responder(plan, answer, together), len(plan) * 4 + 4)  # replays
 
 
 # -- agents ------------------------------------------------------------------------------

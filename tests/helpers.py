@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
+import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from evidence_ledger.cli.main import main
 from evidence_ledger.format.framing import FRAME_OVERHEAD, Record
 from evidence_ledger.storage.ledger_dir import Ledger
 
 DATA = Path(__file__).parent / "data"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def load_example(name: str) -> ModuleType:
+    """The example script ``examples/<name>.py``, loaded as the module ``name``, with
+    ``examples/`` on ``sys.path`` as when it runs as a script (for its sibling imports)."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.append(str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass

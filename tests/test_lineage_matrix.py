@@ -34,12 +34,11 @@ import pytest
 from evidence_ledger.storage.ledger_dir import Ledger
 
 from .helpers import run_cli
-from .sdk_venvs import REPO_ROOT, sdk_env, sdk_venv
+from .sdk_venvs import RELEASES, REPO_ROOT, sdk_env, sdk_venv
 
 pytestmark = pytest.mark.release_matrix
 
 SCRIPT = REPO_ROOT / "examples" / "lineage_scenarios.py"
-RELEASES = ("0.20.0", "0.21.0", "0.22.3", "0.23.1", "0.24.0")
 SCENARIOS = (
     "fork", "reuse_call_id", "nested1", "nested2", "nested3", "retry_write", "handoff",
     "handoff_resumed", "output_guard",

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -31,20 +29,11 @@ from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.audit import verify_ledger
 from evidence_ledger.verify.lineage import run_state_forest
 
+from .helpers import load_example
+
 pytestmark = pytest.mark.anyio
 
-SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "lineage_scenarios.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lineage_scenarios", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-scenarios = _load()
+scenarios = load_example("lineage_scenarios")
 
 
 def entries(directory: Path) -> list[Entry]:

@@ -882,7 +882,7 @@ async def test_a_hosted_mcp_callbacks_approval_is_recorded_and_its_call_executed
 
 # -- an MCP server's tools -------------------------------------------------------------------
 
-MCP_SERVER = Path(__file__).parent / "data" / "mcp_files_server.py"
+MCP_SERVER = Path(__file__).resolve().parent.parent / "examples" / "mcp_files_server.py"
 
 
 async def test_an_mcp_server_tools_call_carries_the_servers_approval_policy(tmp_path: Path):
@@ -944,6 +944,24 @@ async def test_hosted_tool_calls_are_recorded_with_the_providers_result(tmp_path
     persisted = [b["item_type"] for k, b in found if k == "session_item"]
     assert persisted[1:-1] == ["web_search_call", "file_search_call", "code_interpreter_call",
                                "image_generation_call", "tool_search_call", "tool_search_output"]
+    assert verify_ledger(Ledger(tmp_path / "l")).violations == []
+
+
+async def test_a_shell_call_the_provider_ran_is_executed_by_its_output(tmp_path: Path):
+    shell = ShellTool(environment={"type": "container_reference", "container_id": "cntr-1"})
+    agent = Agent(name="operator", tools=[shell], model=ScriptedModel([ModelStep(output=[
+        {"type": "shell_call", "id": "sh-1", "call_id": "c-sh", "status": "completed",
+         "action": {"commands": ["echo hi"]}},
+        {"type": "shell_call_output", "id": "sh-out", "call_id": "c-sh", "status": "completed",
+         "output": [{"stdout": "hi", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]},
+    ]), ModelStep(output=[assistant_message("done")])]))
+    session = SQLiteSession("s", str(tmp_path / "s.db"))
+    done = await Recorder(tmp_path / "l").run(agent, "say hi", session=session)
+
+    assert done.final_output == "done"
+    found = [(e.kind, e.body) for e, _ in Ledger(tmp_path / "l").entries()]
+    assert [(k, b["call_id"]) for k, b in found if k in ("call", "execution")] == [
+        ("call", "c-sh"), ("execution", "c-sh")]
     assert verify_ledger(Ledger(tmp_path / "l")).violations == []
 
 

@@ -34,6 +34,14 @@ from evidence_ledger.tlog.note import parse_note
 Scope = tuple[str, ...]
 CallKey = tuple[str, Scope, str]
 
+_CALL_BY_ID = {
+    "web_search_call": "id", "file_search_call": "id", "code_interpreter_call": "id",
+    "image_generation_call": "id", "mcp_approval_request": "id",
+    "mcp_approval_response": "approval_request_id", "mcp_call": "approval_request_id",
+}
+"""Session item type without a ``call_id`` -> its field naming the call it belongs to, as
+the recorder keys hosted calls (an ``mcp_call`` that needed no approval: its own ``id``)."""
+
 
 class Interruption(NamedTuple):
     """A pending approval of a run state, as :meth:`EvidenceWriter.run_state` records it.
@@ -528,6 +536,8 @@ class EvidenceWriter:
         if item is not None:
             item_type = item.get("type") or ("message" if "role" in item else None)
             call_id = item.get("call_id")
+            if call_id is None and item_type in _CALL_BY_ID:  # a hosted call's item
+                call_id = item.get(_CALL_BY_ID[item_type]) or item.get("id")
             item_digest = self._put_item(item)
             if item_type == "function_call_output" and "output" in item:
                 try:

@@ -58,6 +58,7 @@ from evidence_ledger.record.integrations.native_calls import (
     ProviderRun,
     native_call,
     payload_text,
+    provider_result,
     provider_run,
     take_started,
 )
@@ -346,7 +347,11 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
                 arguments=arguments, scope=frame.scope, needs_approval=native_gated,
                 response_id=response.response_id, time_ns=clock(),
             ))
-            if _field(item, "type") != "mcp_approval_request":
+            result = provider_result(response.output, _field(item, "type"), call_id)
+            if result is not None:  # the provider ran it (a shell in its container)
+                found.append(_provider_ran(frame, agent, ProviderRun(
+                    call_id, tool, arguments, result, True), response.response_id, clock()))
+            elif _field(item, "type") != "mcp_approval_request":
                 frame.native_calls.setdefault((frame.scope, agent.name, tool), []).append(
                     (call_id, arguments))
         else:

@@ -21,7 +21,9 @@ A model response's items of these kinds are recorded as calls, like ``function_c
   execution, whose result is the provider's (:data:`HOSTED_KINDS`, :func:`provider_run`);
   a provider tool search comes back as two items, its ``tool_search_call`` (keyed by its
   ``call_id``) and its ``tool_search_output`` (the tools it found: the result). The SDK
-  does not run a client-executed tool search (it fails the run).
+  does not run a client-executed tool search (it fails the run). A shell call run in the
+  provider's container comes back with its ``shell_call_output`` in the same response: it
+  is recorded as a shell call whose execution is that output (:data:`PROVIDER_RESULTS`).
 
 The pending calls of a resumed state (its interruptions) are known at the start of a leg, so
 a call approved in another process is found too (:func:`pending_native_calls`).
@@ -38,8 +40,9 @@ import agents
 from evidence_ledger.record.writer import Scope
 
 __all__ = [
-    "HOSTED_KINDS", "NATIVE_KINDS", "ProviderRun", "item_field", "native_call", "payload_text",
-    "pending_native_calls", "provider_run", "take_started",
+    "HOSTED_KINDS", "NATIVE_KINDS", "PROVIDER_RESULTS", "ProviderRun", "item_field",
+    "native_call", "payload_text", "pending_native_calls", "provider_result", "provider_run",
+    "take_started",
 ]
 
 NATIVE_KINDS = {
@@ -88,11 +91,8 @@ def provider_run(item: Any, response: list[Any]) -> ProviderRun | None:
         call_id = item_field(item, "call_id") or item_id
         if not isinstance(call_id, str):
             return None
-        found = next((o for o in response if item_field(o, "type") == "tool_search_output"
-                      and item_field(o, "call_id") == call_id), None)
         return ProviderRun(call_id, "tool_search", payload_text(item_field(item, "arguments")),
-                           None if found is None else payload_text(item_field(found, "tools")),
-                           False)
+                           provider_result(response, kind, call_id), False)
     if kind == "mcp_call":
         request = item_field(item, "approval_request_id")
         error = item_field(item, "error")
@@ -106,6 +106,27 @@ def provider_run(item: Any, response: list[Any]) -> ProviderRun | None:
     tool, asked, got = HOSTED_KINDS[kind]
     return ProviderRun(item_id, tool, payload_text(item_field(item, asked)),
                        payload_text(item_field(item, got)), False)
+
+
+PROVIDER_RESULTS = {
+    "tool_search_call": ("tool_search_output", "tools"),
+    "shell_call": ("shell_call_output", "output"),
+}
+"""Item type of a call the provider may run and answer with an item of its own in the same
+response -> (that item's type, its field recorded as the result): the provider's tool
+search, and a shell call run in a hosted container (a ``ShellTool`` whose ``environment``
+is the provider's)."""
+
+
+def provider_result(response: list[Any], kind: str, call_id: str) -> str | None:
+    """The result of the call ``call_id`` (an item of type ``kind``) that the provider
+    returned in ``response`` (a model response's output items; see
+    :data:`PROVIDER_RESULTS`), as recorded; None if it returned none."""
+    result_type, field = PROVIDER_RESULTS.get(kind, (None, ""))
+    found = next((o for o in response if result_type is not None
+                  and item_field(o, "type") == result_type
+                  and item_field(o, "call_id") == call_id), None)
+    return None if found is None else payload_text(item_field(found, field))
 
 
 Pending = dict[tuple[Scope, str, str], list[tuple[str, str]]]
