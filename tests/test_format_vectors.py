@@ -352,3 +352,14 @@ def test_generator_reproduces_the_checked_in_vectors(tmp_path: Path):
     assert sorted(fresh) == sorted(checked_in), hint
     changed = sorted(name for name in fresh if fresh[name] != checked_in[name])
     assert not changed, f"{hint}; differing files: {changed}"
+
+
+def test_a_bundle_signed_before_a_rule_was_added_still_verifies():
+    """``tests/data/bundle-before-output-not-persisted.dsse.json``: ``bundles/all.dsse.json``
+    as generated before ``output_not_persisted`` existed (its verdict does not list it)."""
+    data = (Path(__file__).parent / "data" / "bundle-before-output-not-persisted.dsse.json"
+            ).read_bytes()
+    vector = _load("bundles/all.json")
+    verified = verify_bundle(data, [Verifier.from_vkey(vector["verifier_key"])])
+    assert "output_not_persisted" not in verified.to_json()["verdict"]["rules"]
+    assert "output_not_persisted" in vector["expected"]["verdict"]["rules"]

@@ -20,6 +20,7 @@ EXPECTED = {
     "approved_not_executed": [(3, "n1")],
     "state_isolation": [(6, "c1")],
     "nested_ownership": [(7, "n1")],
+    "output_not_persisted": [(7, "c-update")],  # the leg that failed writing it, retried
 }
 
 
@@ -272,3 +273,25 @@ def test_the_outputs_of_a_shell_call_are_judged_like_a_functions(tmp_path, evide
     ])
     assert [(v["rule"], v["call_id"]) for v in report["violations"]] == [
         (rule, "c1") for rule in rules]
+
+
+def test_an_output_persisted_by_a_later_leg_of_the_run_is_not_reported(tmp_path):
+    """The call item persisted before the pause, its output by the leg that resumed."""
+    report = _ingest_events(tmp_path, [
+        _GATED, _persisted("sent")[0],
+        {"kind": "run_end", "run_id": "r1", "status": "interrupted"},
+        _APPROVE, {"kind": "execution", "run_id": "r1", "call_id": "c1", "arguments": "{}",
+                   "result": "sent"},
+        _persisted("sent")[1], {"kind": "run_end", "run_id": "r1", "status": "completed"},
+    ])
+    assert report["violations"] == []
+
+
+def test_a_call_item_removed_from_its_session_awaits_no_output(tmp_path):
+    report = _ingest_events(tmp_path, [
+        _GATED, _persisted("sent")[0],
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "op": "pop",
+         "item": _persisted("sent")[0]["item"]},
+        {"kind": "run_end", "run_id": "r1", "status": "completed"},
+    ])
+    assert report["violations"] == []

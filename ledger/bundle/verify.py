@@ -98,6 +98,7 @@ from evidence_ledger.tlog.proof_verify import verify_inclusion
 from evidence_ledger.verify.findings import (
     CHECKPOINT_RULES,
     INTEGRITY,
+    OUTPUT_NOT_PERSISTED,
     PAYLOAD_MISSING,
     RULES,
     Finding,
@@ -149,6 +150,10 @@ MAX_SIGNATURES = 16
 ENGINE_RULES = tuple(rule for rule in RULES if rule != INTEGRITY)
 """The rules a bundle's entries alone let a verifier re-run
 (:class:`~evidence_ledger.verify.rules.RuleEngine`)."""
+COVERED_RULES = tuple(rule for rule in ENGINE_RULES if rule != OUTPUT_NOT_PERSISTED)
+"""The rules every signed verdict covers: the engine's rules when bundle format 1 was
+defined. A rule added since is re-run only when the verdict lists it, so that a bundle
+signed before it existed still verifies (its verdict then says nothing about it)."""
 LEDGER_RULES = frozenset({*RULES, PAYLOAD_MISSING, *CHECKPOINT_RULES})
 """Every rule the ledger's verifier can run (:func:`evidence_ledger.verify.audit.verify_ledger`):
 the
@@ -916,7 +921,7 @@ def _check_verdict(
                                      "ledger's verifier")
     if len(set(pred.rules)) != len(pred.rules):
         raise BundleVerdictError("verdict", "lists a rule twice")
-    missing_rules = [r for r in ENGINE_RULES if r not in pred.rules]
+    missing_rules = [r for r in COVERED_RULES if r not in pred.rules]
     if missing_rules:
         raise BundleVerdictError("verdict", f"does not cover the rules {', '.join(missing_rules)}")
     for f in pred.verdict:
@@ -933,7 +938,8 @@ def _check_verdict(
     engine = RuleEngine()
     for e in entries:
         engine.feed(e.entry)
-    recomputed = tuple(f for f in engine.findings if pred.selection.selects(f))
+    recomputed = tuple(f for f in engine.findings
+                       if pred.selection.selects(f) and f.rule in pred.rules)
     claimed = Counter(_finding_key(f) for f in pred.verdict if f.rule in ENGINE_RULES)
     shown = Counter(_finding_key(f) for f in recomputed)
     for f in recomputed:

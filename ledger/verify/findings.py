@@ -15,6 +15,7 @@ EXACTLY_ONCE = "exactly_once"
 APPROVED_NOT_EXECUTED = "approved_not_executed"
 STATE_ISOLATION = "state_isolation"
 NESTED_OWNERSHIP = "nested_ownership"
+OUTPUT_NOT_PERSISTED = "output_not_persisted"
 
 PAYLOAD_MISSING = "payload_missing"
 """A payload an entry names is gone and no ``redaction`` entry erased it: lost evidence.
@@ -35,6 +36,7 @@ RULES = (
     APPROVED_NOT_EXECUTED,
     STATE_ISOLATION,
     NESTED_OWNERSHIP,
+    OUTPUT_NOT_PERSISTED,
 )
 """Stable rule names, in the order reports list them (see FORMAT.md)."""
 

@@ -35,6 +35,11 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
   made on or a descendant of that state: a gated call executed where the only approval
   was made on another branch (a sibling state) or in another run is reported, and so is
   an execution in a run that never made the call while another run approved it;
+- ``output_not_persisted``: every tool call item a run persisted to a session (of the
+  kinds of :data:`CALL_OUTPUTS`) has its output persisted there by the time that run ends
+  ``completed`` (the session doctor's ``dangling_call``: the conversation moved on past
+  it); an ``interrupted`` or ``failed`` leg leaves it pending, as a later leg of the run
+  may still persist it. A session that ends so is rejected by the provider for good;
 - ``nested_ownership``: a decision on a call holds at the agent-as-tool scope it was
   shown for: an execution at another scope than the call it runs (when that call was
   gated or decided), or a gated call run on the strength of an approval shown for the
@@ -65,6 +70,7 @@ from evidence_ledger.verify.findings import (
     EXACTLY_ONCE,
     EXECUTION_PROVENANCE,
     NESTED_OWNERSHIP,
+    OUTPUT_NOT_PERSISTED,
     OUTPUT_PROVENANCE,
     REJECTION_RESPECTED,
     STATE_ISOLATION,
@@ -252,6 +258,10 @@ class RuleEngine:
         # run -> whether it persisted a session item, for each run with a top-level execution
         self._persisted: dict[str, bool] = {}
         self._context_decisions: list[int] = []  # seq of each decision read off a run context
+        # session -> call_id -> (run, seq, item type) of each persisted call item without
+        # its output there yet; run -> (session, call_id) of those it persisted
+        self._unanswered: dict[str, dict[str, tuple[str, int, str]]] = defaultdict(dict)
+        self._unanswered_by_run: dict[str, set[tuple[str, str]]] = defaultdict(set)
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -542,13 +552,44 @@ class RuleEngine:
         call_id = b["call_id"]
         if b["op"] == "clear":
             session.clear()
+            for run_id, _, _ in self._unanswered.pop(b["session_id"], {}).values():
+                self._unanswered_by_run[run_id] = {
+                    k for k in self._unanswered_by_run[run_id] if k[0] != b["session_id"]}
         elif b["item_type"] in _CALL_ITEMS and call_id is not None:
             known = self.calls.get((b["run_id"], (), call_id))
             if known is not None:
                 call_id = known.key[2]  # the call's own string: one copy per call
             session[call_id] += 1 if b["op"] == "add" else -1
+            if b["op"] == "add":
+                self._unanswered[b["session_id"]][call_id] = (
+                    b["run_id"], entry.seq, b["item_type"])
+                self._unanswered_by_run[b["run_id"]].add((b["session_id"], call_id))
+            else:
+                self._answered(b["session_id"], call_id)
         elif b["item_type"] in CALL_OUTPUTS and call_id and b["op"] == "add":
+            self._answered(b["session_id"], call_id)
             self._check_output(entry, session[call_id] > 0)
+
+    def _answered(self, session_id: str, call_id: str) -> None:
+        """The call item ``call_id`` of ``session_id`` has its output (or was removed)."""
+        found = self._unanswered[session_id].pop(call_id, None)
+        if found is not None:
+            self._unanswered_by_run[found[0]].discard((session_id, call_id))
+
+    def _unanswered_at_end(self, entry: Entry) -> None:
+        """``output_not_persisted`` for each call item the run of ``entry`` (a ``run_end``
+        that completed) persisted without its output."""
+        run_id = entry.body["run_id"]
+        for session_id, call_id in sorted(self._unanswered_by_run.pop(run_id, ())):
+            _, seq, kind = self._unanswered[session_id].pop(call_id)
+            call = self.calls.get((run_id, (), call_id))
+            output = next(o for o, c in CALL_OUTPUTS.items() if c == kind)
+            self._report(
+                OUTPUT_NOT_PERSISTED, entry,
+                f"{kind} {call_id} persisted in session {session_id} at seq {seq} has no "
+                f"{output} there when its run completed",
+                call.key if call else (run_id, (), call_id),
+            )
 
     def _check_output(self, entry: Entry, linked: bool) -> None:
         b = entry.body
@@ -605,6 +646,8 @@ class RuleEngine:
         b = entry.body
         if b["status"] == "failed":
             return  # a failed leg may be retried; approvals stay pending
+        if b["status"] == "completed" and not b["scope"]:  # the run, not an agent tool's
+            self._unanswered_at_end(entry)
         approved, leg = self._approved.get(b["run_id"], {}), b["run_state"]
         for key in sorted(approved, key=lambda k: self.calls[k].seq):
             decision = approved[key]
