@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 VENVS_DIR = REPO_ROOT / ".cache" / "sdk-venvs"
 MARKER = ".installed"
 SDK = "openai-agents"
-RELEASES = ("0.20.0", "0.21.0", "0.22.3", "0.23.1", "0.24.0")
+RELEASES = ("0.20.0", "0.21.0", "0.21.1", "0.22.3", "0.23.1", "0.24.0")
 """The openai-agents releases the release matrix records under (the latest of each minor
 release the project supports)."""
 

@@ -16,7 +16,11 @@ What the releases do, as recorded (streamed and not streamed alike):
   the other run approved it), while the first run, resumed, never runs it
   (``approved_not_executed``); and with two or three agent-tool edges it pauses an
   approved nested call again on resume (``approved_not_executed``), parked for good.
-- 0.21.0, 0.22.3, 0.23.1 and 0.24.0 keep forks, runs and nested approvals apart.
+- 0.20.0, 0.21.0 and 0.21.1, resuming a state again after a leg whose session write of
+  the approved call's output failed, complete without ever persisting that output: the
+  session keeps a ``function_call`` without its ``function_call_output``, which the
+  provider rejects for good (``output_not_persisted``; SDK issue #4615).
+- 0.21.0, 0.21.1, 0.22.3, 0.23.1 and 0.24.0 keep forks, runs and nested approvals apart.
 - Every release ignores all but the first of several handoffs in one response, and
   persists a tool output guardrail's message in place of the tool's result: both are
   recorded as blocks, so verify stays clean, and the execution keeps the tool's result.
@@ -51,6 +55,9 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     },
     ("0.20.0", "nested2"): {"approved_not_executed"},
     ("0.20.0", "nested3"): {"approved_not_executed"},
+    ("0.20.0", "retry_write"): {"output_not_persisted"},
+    ("0.21.0", "retry_write"): {"output_not_persisted"},
+    ("0.21.1", "retry_write"): {"output_not_persisted"},
 }
 """(release, scenario) -> the rules its ledgers break, streamed and not; absent: none."""
 
