@@ -28,12 +28,14 @@ gated tool ``wire`` and records it through
                   back to the recorded block
 
 What ``evidence-ledger verify`` reports, as recorded (``tests/test_lineage_matrix.py``):
-openai-agents 0.22.3, 0.23.1, 0.24.0: nothing, on every scenario; 0.21.0 and 0.21.1:
-``retry_write`` output_not_persisted (the retried leg completes without persisting the
-approved call's output); 0.20.0: that too, and ``fork`` state_isolation (the sibling runs
-the call approved on A), ``reuse_call_id`` execution_provenance + state_isolation (run B
-runs run A's approved nested call) and approved_not_executed (run A never runs it),
-``nested2`` / ``nested3`` approved_not_executed (the approved nested call pauses again).
+openai-agents 0.23.1, 0.24.0: nothing, on every scenario; 0.22.3: ``reuse_call_id``
+foreign_interruption (run B's state waits on run A's nested call, which B never made);
+0.21.0 and 0.21.1: that, and ``retry_write`` output_not_persisted (the retried leg
+completes without persisting the approved call's output); 0.20.0: both, and ``fork``
+state_isolation (the sibling runs the call approved on A), ``reuse_call_id``
+execution_provenance + state_isolation (run B runs run A's approved nested call) and
+approved_not_executed (run A never runs it), ``nested2`` / ``nested3``
+approved_not_executed (the approved nested call pauses again).
 
 Each runs not streamed (``<name>``) and streamed (``<name>-streamed``). Works with
 openai-agents 0.20 - 0.24: ``agents.testing.ScriptedModel`` where the SDK has it, else a

@@ -11,10 +11,13 @@ from typing import Any
 import pytest
 from agents import (
     Agent,
+    HostedMCPTool,
     RunContextWrapper,
     ShellTool,
     SQLiteSession,
     ToolApprovalItem,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
     function_tool,
 )
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -211,4 +214,102 @@ async def test_a_rejection_on_the_state_behind_the_recorders_back_is_the_context
     await recorder.run(agent, state, session=session)
 
     assert ran == [] and _decisions(tmp_path) == {"c-shell": ("reject", "run_context")}
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+@function_tool(needs_approval=True)
+def lookup(order: int) -> str:
+    """Look up an order (gated)."""
+    return f"order {order}"
+
+
+def _triage_and_billing(*triage_steps: list[Any]) -> tuple[Agent[Any], Agent[Any]]:
+    """Two differently named agents with one gated tool ``lookup`` each: triage calls it
+    (``c-t``), then hands off to billing, which calls it (``c-b``)."""
+    billing = Agent(name="billing", tools=[lookup], model=ScriptedModel([
+        ModelStep(output=[function_call("lookup", {"order": 2}, call_id="c-b")]),
+        ModelStep(output=[assistant_message("ok")])]))
+    triage = Agent(name="triage", tools=[lookup], handoffs=[billing], model=ScriptedModel(
+        [ModelStep(output=step) for step in triage_steps]))
+    return triage, billing
+
+
+async def test_each_agents_own_sticky_context_approval_is_read(tmp_path: Path):
+    triage, billing = _triage_and_billing(
+        [function_call("lookup", {"order": 1}, call_id="c-t")],
+        [function_call("transfer_to_billing", {}, call_id="c-h")])
+    context = RunContextWrapper(context=None)
+    for agent in (triage, billing):  # lookup approved for good, for each agent
+        context.approve_tool(ToolApprovalItem(agent=agent, raw_item=function_call(
+            "lookup", {"order": 0}, call_id=f"x-{agent.name}")), always_approve=True)
+
+    await Recorder(tmp_path).run(triage, "go", context=context,
+                                 session=SQLiteSession("s", str(tmp_path / "s.db")))
+
+    assert _decisions(tmp_path) == {"c-t": ("approve", "run_context"),
+                                    "c-b": ("approve", "run_context")}
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_an_agents_rejection_is_read_past_another_agents_sticky_approval(
+    tmp_path: Path,
+):
+    triage, billing = _triage_and_billing(
+        [function_call("lookup", {"order": 1}, call_id="c-t")],
+        [function_call("transfer_to_billing", {}, call_id="c-h")])
+    recorder, session = Recorder(tmp_path), SQLiteSession("s", str(tmp_path / "s.db"))
+    state = (await recorder.run(triage, "go", session=session)).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="ann", always=True)
+    state = (await recorder.run(triage, state, session=session)).to_state()
+    state.reject(state.get_interruptions()[0], rejection_message="no")  # billing's c-b
+
+    await recorder.run(triage, state, session=session)
+
+    assert _decisions(tmp_path) == {"c-t": ("approve", "ann"), "c-b": ("reject", "run_context")}
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_another_agents_context_rejection_is_not_read_for_a_blocked_call(
+    tmp_path: Path,
+):
+    @function_tool(name_override="lookup", tool_input_guardrails=[ToolInputGuardrail(
+        guardrail_function=lambda data: ToolGuardrailFunctionOutput.reject_content("blocked"))])
+    def guarded_lookup(order: int) -> str:
+        """Look up an order (not gated; its guardrail blocks every call)."""
+        return f"order {order}"
+
+    billing = Agent(name="billing", tools=[guarded_lookup], model=ScriptedModel([
+        ModelStep(output=[function_call("lookup", {"order": 2}, call_id="c-b")]),
+        ModelStep(output=[assistant_message("ok")])]))
+    triage = Agent(name="triage", tools=[lookup], handoffs=[billing], model=ScriptedModel([
+        ModelStep(output=[function_call("transfer_to_billing", {}, call_id="c-h")])]))
+    context = RunContextWrapper(context=None)  # triage may never look up
+    context.reject_tool(ToolApprovalItem(agent=triage, raw_item=function_call(
+        "lookup", {"order": 0}, call_id="x")), always_reject=True)
+
+    await Recorder(tmp_path).run(triage, "go", context=context,
+                                 session=SQLiteSession("s", str(tmp_path / "s.db")))
+
+    assert _decisions(tmp_path) == {}  # billing's call was blocked, not rejected
+    assert verify_ledger(Ledger(tmp_path)).violations == []
+
+
+async def test_a_hosted_mcp_approval_on_the_state_is_read_off_its_response_item(
+    tmp_path: Path,
+):
+    agent = Agent(name="op", tools=[HostedMCPTool(tool_config={
+        "type": "mcp", "server_label": "docs", "server_url": "https://example.com",
+        "require_approval": "always"})], model=ScriptedModel([
+            ModelStep(output=[{"type": "mcp_approval_request", "id": "k", "name": "lookup",
+                               "server_label": "docs", "arguments": "{}"}]),
+            ModelStep(output=[{"type": "mcp_call", "id": "m", "name": "lookup",
+                               "server_label": "docs", "arguments": "{}", "output": "found",
+                               "approval_request_id": "k"}, assistant_message("done")])]))
+    recorder, session = Recorder(tmp_path), SQLiteSession("s", str(tmp_path / "s.db"))
+    state = (await recorder.run(agent, "go", session=session)).to_state()
+    state.approve(state.get_interruptions()[0])  # not through the recorder
+
+    await recorder.run(agent, state, session=session)
+
+    assert _decisions(tmp_path) == {"k": ("approve", "run_context")}
     assert verify_ledger(Ledger(tmp_path)).violations == []

@@ -326,12 +326,15 @@ def test_ancestry() -> None:
 
 def test_run_state_entry_body(tmp_path: Path) -> None:
     writer = EvidenceWriter(tmp_path)
+    for call_id, scope in (("c1", ["ask:o1"]), ("c2", [])):  # the calls the state waits on
+        writer.call(run_id="r1", call_id=call_id, agent="payer", tool="wire", scope=scope,
+                    arguments='{"amount": 5}', needs_approval=True)
     writer.run_state(
         run_id="r1", state_id="s1", event="to_state", state={"b": 1, "a": [1.5, "x"]},
         interruptions=[Interruption("c1", "wire", "payer", ["ask:o1"], '{"amount": 5}'),
                        Interruption("c2")],
     )
-    (entry,) = [e for e, _ in Ledger(tmp_path).entries()]
+    entry = [e for e, _ in Ledger(tmp_path).entries()][-1]
     assert isinstance(entry, Entry) and entry.kind == "run_state"
     body = entry.body
     assert (body["state_id"], body["parent"], body["event"]) == ("s1", None, "to_state")

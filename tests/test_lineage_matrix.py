@@ -20,7 +20,11 @@ What the releases do, as recorded (streamed and not streamed alike):
   the approved call's output failed, complete without ever persisting that output: the
   session keeps a ``function_call`` without its ``function_call_output``, which the
   provider rejects for good (``output_not_persisted``; SDK issue #4615).
-- 0.21.0, 0.21.1, 0.22.3, 0.23.1 and 0.24.0 keep forks, runs and nested approvals apart.
+- 0.20.0 through 0.22.3 resume run A's pending nested run for run B's agent-tool call
+  that reuses A's call id: B's model is never asked, yet B's state waits on A's nested call
+  with A's arguments (``foreign_interruption``; SDK issue #5123). 0.21.0 and later keep it
+  from running in B; 0.23.1 and 0.24.0 give B a nested run of its own.
+- 0.21.0, 0.21.1, 0.22.3, 0.23.1 and 0.24.0 keep forks apart.
 - Every release ignores all but the first of several handoffs in one response, and
   persists a tool output guardrail's message in place of the tool's result: both are
   recorded as blocks, so verify stays clean, and the execution keeps the tool's result.
@@ -52,7 +56,11 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("0.20.0", "fork"): {"state_isolation"},
     ("0.20.0", "reuse_call_id"): {
         "execution_provenance", "state_isolation", "approved_not_executed",
+        "foreign_interruption",
     },
+    ("0.21.0", "reuse_call_id"): {"foreign_interruption"},
+    ("0.21.1", "reuse_call_id"): {"foreign_interruption"},
+    ("0.22.3", "reuse_call_id"): {"foreign_interruption"},
     ("0.20.0", "nested2"): {"approved_not_executed"},
     ("0.20.0", "nested3"): {"approved_not_executed"},
     ("0.20.0", "retry_write"): {"output_not_persisted"},

@@ -21,6 +21,7 @@ EXPECTED = {
     "state_isolation": [(6, "c1")],
     "nested_ownership": [(7, "n1")],
     "output_not_persisted": [(7, "c-update")],  # the leg that failed writing it, retried
+    "foreign_interruption": [(5, "n1")],  # run r-b waits on run r-a's nested call, once
 }
 
 
@@ -294,4 +295,52 @@ def test_a_call_item_removed_from_its_session_awaits_no_output(tmp_path):
          "item": _persisted("sent")[0]["item"]},
         {"kind": "run_end", "run_id": "r1", "status": "completed"},
     ])
+    assert report["violations"] == []
+
+
+def _call(run_id, call_id="c1"):
+    return {"kind": "call", "run_id": run_id, "agent": "bank", "tool": "wire",
+            "call_id": call_id, "arguments": "{}"}
+
+
+def _ran(run_id, call_id="c1"):
+    return {"kind": "execution", "run_id": run_id, "call_id": call_id, "arguments": "{}",
+            "result": "sent"}
+
+
+def _items_without_run(call_id="c1"):
+    """c1's function_call and output as an ingest file gives them: no run_id."""
+    return [{"kind": "session_item", "session_id": "s1", "item": item}
+            for item in ({"type": "function_call", "call_id": call_id, "name": "wire",
+                          "arguments": "{}"},
+                         {"type": "function_call_output", "call_id": call_id,
+                          "output": "sent"})]
+
+
+def test_session_items_that_name_no_run_trace_through_their_session(tmp_path):
+    report = _ingest_events(tmp_path, [_call("r1"), _ran("r1"), *_items_without_run()])
+    assert report["violations"] == []  # before: "output of a call that was never recorded"
+
+
+def test_an_output_whose_call_no_run_made_is_still_reported(tmp_path):
+    report = _ingest_events(tmp_path, [_call("r1"), _ran("r1"), *_items_without_run("c9")])
+    assert [(v["rule"], v["call_id"], v["detail"]) for v in report["violations"]] == [
+        ("output_provenance", "c9",
+         "output of a call that was never recorded (no call c9 was recorded in any run)")]
+
+
+def test_a_call_id_two_runs_made_is_ambiguous_unless_one_wrote_into_the_session(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    report = _ingest_events(tmp_path / "a", [
+        _call("r1"), _ran("r1"), _call("r2"), _ran("r2"), *_items_without_run()])
+    assert [(v["rule"], v["call_id"]) for v in report["violations"]] == [
+        ("output_provenance", "c1")]
+    assert "ambiguous: made by run r1 at seq 0, run r2 at seq 2" in report["violations"][0][
+        "detail"]
+
+    wrote = {"kind": "session_item", "run_id": "r2", "session_id": "s1",
+             "item": {"type": "message", "role": "user", "content": "hi"}}
+    report = _ingest_events(tmp_path / "b", [
+        _call("r1"), _ran("r1"), _call("r2"), _ran("r2"), wrote, *_items_without_run()])
     assert report["violations"] == []

@@ -10,8 +10,10 @@ What goes in (the *closure* of a selection), so that re-running the evidence rul
 the bundled entries gives exactly the full ledger's verdict on the selection:
 
 - the selection's own entries: every entry naming the call id (and run) or the run;
-- every entry naming one of the selection's call ids, from any run (approvals of the
-  same call in another run, items another run persisted to a shared session);
+- every entry naming one of the selection's call ids (a run state's interruptions name
+  theirs), from any run (approvals of the same call in another run, items another run
+  persisted to a shared session, the call another run made that a state waits on, the
+  states of any run that wait on one of them);
 - the ``run_end``, ``run_state`` and static ``tool_policy`` entries and the sticky
   (``always``) decisions of the selection's runs, with the ``call`` entries those
   decisions were made on;
@@ -202,6 +204,8 @@ def select_entries(records: Records, selection: Selection) -> list[tuple[int, by
                 sessions.add(body["session_id"])
             if isinstance(body.get("call_id"), str):
                 call_ids.add(body["call_id"])
+            for pending in body.get("interruptions") or ():  # a run state's: its calls
+                call_ids.add(pending["call_id"])
     if not runs:
         raise UsageError(f"no entry belongs to {selection.describe()}")
 
@@ -217,6 +221,7 @@ def select_entries(records: Records, selection: Selection) -> list[tuple[int, by
         if (
             selection.matches(body)
             or body.get("call_id") in call_ids
+            or any(p["call_id"] in call_ids for p in body.get("interruptions") or ())
             or (kind == "session_item" and body["op"] == "clear" and body["session_id"] in sessions)
         ):
             chosen[seq] = (data, entry)

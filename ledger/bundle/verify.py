@@ -97,6 +97,7 @@ from evidence_ledger.tlog.note import Verifier
 from evidence_ledger.tlog.proof_verify import verify_inclusion
 from evidence_ledger.verify.findings import (
     CHECKPOINT_RULES,
+    FOREIGN_INTERRUPTION,
     INTEGRITY,
     OUTPUT_NOT_PERSISTED,
     PAYLOAD_MISSING,
@@ -150,7 +151,8 @@ MAX_SIGNATURES = 16
 ENGINE_RULES = tuple(rule for rule in RULES if rule != INTEGRITY)
 """The rules a bundle's entries alone let a verifier re-run
 (:class:`~evidence_ledger.verify.rules.RuleEngine`)."""
-COVERED_RULES = tuple(rule for rule in ENGINE_RULES if rule != OUTPUT_NOT_PERSISTED)
+COVERED_RULES = tuple(rule for rule in ENGINE_RULES
+                      if rule not in (OUTPUT_NOT_PERSISTED, FOREIGN_INTERRUPTION))
 """The rules every signed verdict covers: the engine's rules when bundle format 1 was
 defined. A rule added since is re-run only when the verdict lists it, so that a bundle
 signed before it existed still verifies (its verdict then says nothing about it)."""

@@ -16,6 +16,7 @@ APPROVED_NOT_EXECUTED = "approved_not_executed"
 STATE_ISOLATION = "state_isolation"
 NESTED_OWNERSHIP = "nested_ownership"
 OUTPUT_NOT_PERSISTED = "output_not_persisted"
+FOREIGN_INTERRUPTION = "foreign_interruption"
 
 PAYLOAD_MISSING = "payload_missing"
 """A payload an entry names is gone and no ``redaction`` entry erased it: lost evidence.
@@ -37,6 +38,7 @@ RULES = (
     STATE_ISOLATION,
     NESTED_OWNERSHIP,
     OUTPUT_NOT_PERSISTED,
+    FOREIGN_INTERRUPTION,
 )
 """Stable rule names, in the order reports list them (see FORMAT.md)."""
 

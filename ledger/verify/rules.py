@@ -40,6 +40,10 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
   ``completed`` (the session doctor's ``dangling_call``: the conversation moved on past
   it); an ``interrupted`` or ``failed`` leg leaves it pending, as a later leg of the run
   may still persist it. A session that ends so is rejected by the provider for good;
+- ``foreign_interruption``: a run state waits only on calls its own run made: an
+  interruption whose call its run never recorded (nor with those arguments) is reported
+  once per run and call, naming the run that made it (by call id and arguments digest)
+  and the arguments an approver of it would be shown;
 - ``nested_ownership``: a decision on a call holds at the agent-as-tool scope it was
   shown for: an execution at another scope than the call it runs (when that call was
   gated or decided), or a gated call run on the strength of an approval shown for the
@@ -69,6 +73,7 @@ from evidence_ledger.verify.findings import (
     ARGUMENT_INTEGRITY,
     EXACTLY_ONCE,
     EXECUTION_PROVENANCE,
+    FOREIGN_INTERRUPTION,
     NESTED_OWNERSHIP,
     OUTPUT_NOT_PERSISTED,
     OUTPUT_PROVENANCE,
@@ -260,6 +265,11 @@ class RuleEngine:
         self._context_decisions: list[int] = []  # seq of each decision read off a run context
         # session -> call_id -> (run, seq, item type) of each persisted call item without
         # its output there yet; run -> (session, call_id) of those it persisted
+        # call_id -> the call(s) with it, any run and scope; session -> the runs that wrote
+        # into it (a session item's output is traced through them: see _output_call)
+        self._call_ids: dict[str, CallKey | list[CallKey]] = {}
+        self._foreign: set[tuple[str, str]] = set()  # (run, call_id) reported foreign
+        self._session_runs: dict[str, set[str]] = defaultdict(set)
         self._unanswered: dict[str, dict[str, tuple[str, int, str]]] = defaultdict(dict)
         self._unanswered_by_run: dict[str, set[tuple[str, str]]] = defaultdict(set)
 
@@ -364,6 +374,9 @@ class RuleEngine:
         )
         if scope:
             self._nested[run_id][b["call_id"]] = key
+        held = self._call_ids.get(b["call_id"])  # one key bare, several in a list
+        self._call_ids[b["call_id"]] = key if held is None else [
+            *(held if isinstance(held, list) else [held]), key]
 
     def _on_tool_policy(self, entry: Entry) -> None:
         b = entry.body
@@ -411,6 +424,8 @@ class RuleEngine:
             )
 
     def _on_run_state(self, entry: Entry) -> None:
+        for pending in entry.body["interruptions"]:
+            self._check_interruption(entry, pending)
         state, parent = entry.body["state_id"], entry.body["parent"]
         if state not in self.state_parents:
             self.state_parents[state] = parent
@@ -419,6 +434,32 @@ class RuleEngine:
                 f"seq {entry.seq}: run state {state} names parent {parent}, its first entry "
                 f"{self.state_parents[state]}"
             )
+
+    def _check_interruption(self, entry: Entry, pending: dict) -> None:
+        """``foreign_interruption`` if the run of ``entry`` (a ``run_state``) never made the
+        call ``pending`` (one of its interruptions) waits on."""
+        run_id, call_id, shown = entry.body["run_id"], pending["call_id"], pending["args_digest"]
+        if (run_id, call_id) in self._foreign:
+            return
+        scope = tuple(pending["scope"]) if pending["scope"] is not None else None
+        own = (self.calls.get((run_id, scope, call_id)) if scope is not None
+               else self._find({"run_id": run_id, "scope": (), "call_id": call_id}))
+        if own is not None and shown in (None, own.args_digest):
+            return
+        self._foreign.add((run_id, call_id))
+        held = self._call_ids.get(call_id)
+        others = [self.calls[k] for k in ([] if held is None else
+                                          held if isinstance(held, list) else [held])
+                  if k[0] != run_id and shown in (None, self.calls[k].args_digest)]
+        made = (f"made in run {others[0].key[0]} at seq {others[0].seq}" if others
+                else "made in no run of this ledger")
+        mine = "" if own is None else f" (its own call {call_id} has other arguments)"
+        self._report(
+            FOREIGN_INTERRUPTION, entry,
+            f"run state {entry.body['state_id']} waits on call {call_id}, which its run never "
+            f"made{mine}: {made}; an approver would be shown arguments {_digest_text(shown)}",
+            (run_id, scope or (), call_id),
+        )
 
     def _on_execution(self, entry: Entry) -> None:
         b = entry.body
@@ -548,6 +589,7 @@ class RuleEngine:
         b = entry.body
         if b["run_id"]:
             self._persisted[b["run_id"]] = True
+            self._session_runs[b["session_id"]].add(sys.intern(b["run_id"]))
         session = self._sessions[b["session_id"]]
         call_id = b["call_id"]
         if b["op"] == "clear":
@@ -591,9 +633,34 @@ class RuleEngine:
                 call.key if call else (run_id, (), call_id),
             )
 
+    def _output_call(self, b: dict) -> tuple[CallState | None, str]:
+        """The call a persisted output traces to, or None and what was found instead.
+
+        Sessions are not runs: one session serves every run that uses it, and an ingested
+        item may name no run. The call is the one of the item's own identity ``(run_id,
+        scope, call_id)``; else the one with that ``call_id`` made by a run that wrote into
+        the item's session; else, with no such link, the one made by any run. Two candidates
+        at the same step are ambiguous: none is taken."""
+        exact = self.calls.get((b["run_id"], tuple(b["scope"]), b["call_id"]))
+        if exact is not None:
+            return exact, ""
+        held = self._call_ids.get(b["call_id"])
+        keys = [] if held is None else held if isinstance(held, list) else [held]
+        made = [self.calls[k] for k in keys]
+        if not made:
+            return None, f"no call {b['call_id']} was recorded in any run"
+        writers = self._session_runs.get(b["session_id"], set())
+        linked = [c for c in made if c.key[0] in writers]
+        found = linked or made
+        if len(found) == 1:
+            return found[0], ""
+        runs = ", ".join(f"run {c.key[0]} at seq {c.seq}" for c in found[:3])
+        return None, (f"call {b['call_id']} is ambiguous: made by {runs}"
+                      f"{' (each wrote into the session)' if linked else ''}")
+
     def _check_output(self, entry: Entry, linked: bool) -> None:
         b = entry.body
-        call = self._find(b)
+        call, found_instead = self._output_call(b)
         key = call.key if call else (b["run_id"], tuple(b["scope"]), b["call_id"])
         kind = b["item_type"]
         if not linked:
@@ -604,7 +671,8 @@ class RuleEngine:
                 key,
             )
         if call is None:
-            self._report(OUTPUT_PROVENANCE, entry, "output of a call that was never recorded", key)
+            self._report(OUTPUT_PROVENANCE, entry,
+                         f"output of a call that was never recorded ({found_instead})", key)
             return
         call.held_persisted = _held(call.held_persisted, entry.seq)
         sticky = self._effective(call)

@@ -74,7 +74,7 @@ from evidence_ledger.record.writer import EvidenceWriter, Scope
 
 __all__ = [
     "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "TOOL_NOT_FOUND", "RecordingRunHooks", "attach",
-    "pending_handoffs", "pending_response_calls", "persisted_output",
+    "pending_call_owners", "pending_handoffs", "pending_response_calls", "persisted_output",
 ]
 
 IGNORED_HANDOFF = "openai-agents:multiple_handoffs"
@@ -313,6 +313,7 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
     found = []
     for item in calls:
         name, tool_name = _field(item, "name"), _call_tool(item)
+        frame.call_owners[frame.scope, _field(item, "call_id")] = (agent, item, tool_name)
         gated: bool | None  # a callable policy decides per call: None
         unknown = False  # a tool the agent does not have (nor a handoff, nor an MCP server)
         if tool_name in tools:
@@ -342,6 +343,7 @@ def _record_calls(agent: Agent[Any], response: ModelResponse) -> None:
         native = native_call(agent, item)
         if native is not None:
             call_id, tool, arguments, native_gated = native
+            frame.call_owners[frame.scope, call_id] = (agent, item, tool)
             found.append(methodcaller(
                 "call", run_id=frame.run_id, call_id=call_id, agent=agent_label(agent), tool=tool,
                 arguments=arguments, scope=frame.scope, needs_approval=native_gated,
@@ -431,19 +433,18 @@ def _record_start(context: Any, agent: Agent[Any], tool: Tool) -> None:
         if not isinstance(context, ToolContext):
             return
         call_id, names = context.tool_call_id, (context.tool_name, _context_tool(context))
-        label, arguments = names[1], context.tool_arguments
+        label, arguments, raw = names[1], context.tool_arguments, context.tool_call
     else:
         started = take_started(frame.native_calls, frame.scope, agent, tool, context,
                                frame.gated)
         if started is None:
             return
-        (call_id, arguments), label = started, tool.name
+        (call_id, arguments), label, raw = started, tool.name, None
         names = (label,)  # a shell, apply_patch, computer or custom tool call
         frame.running.setdefault((frame.scope, agent.name, label), []).append(call_id)
     frame.started[frame.scope, call_id] = (agent_label(agent), label, arguments)
     if frame.gated.get((frame.scope, call_id), getattr(tool, "needs_approval", None) is True):
-        record_context_approval(frame, context, names, call_id, agent_label(agent), label,
-                                arguments)
+        record_context_approval(frame, context, names, call_id, agent, raw, label, arguments)
 
 
 def _record_execution(context: Any, agent: Agent[Any], tool: Tool, result: Any) -> None:
@@ -515,6 +516,23 @@ def _record_handoff(source: Agent[Any], target: Agent[Any]) -> None:
     for ignored_id, ignored_tool, _ in ignored:
         _record_block(ignored_id, agent_label(source), ignored_tool, IGNORED_HANDOFF,
                       IGNORED_HANDOFF_MESSAGE)
+
+
+def pending_call_owners(state: Any) -> dict[tuple[Scope, str], tuple[Any, Any, str]]:
+    """:attr:`Leg.call_owners` of the calls a paused ``RunState`` waits on (its
+    interruptions, at top-level scope); empty if the SDK cannot say."""
+    try:
+        items = state.get_interruptions()
+    except Exception:
+        return {}
+    owners: dict[tuple[Scope, str], tuple[Any, Any, str]] = {}
+    for item in items:
+        agent, raw = getattr(item, "agent", None), getattr(item, "raw_item", None)
+        native = native_call(agent, raw)
+        tool = native[1] if native is not None else _call_tool(raw)
+        if isinstance(item.call_id, str) and agent is not None:
+            owners[(), item.call_id] = (agent, raw, tool)
+    return owners
 
 
 def pending_response_calls(state: Any) -> dict[tuple[Scope, str], list[tuple[str, str]]]:

@@ -67,6 +67,12 @@ class Leg:
     """What a tool's callable ``needs_approval`` decided per ``(scope, call_id)`` in this
     leg (shared like ``handoff_calls``)."""
 
+    call_owners: dict[tuple[Scope, str], tuple[Any, Any, str]] = field(
+        default_factory=dict, compare=False)
+    """``(scope, call_id)`` -> ``(agent, raw call item, tool as the ledger records it)`` of
+    each call a model response of this leg made, or that the state it resumed waits on
+    (shared like ``handoff_calls``)."""
+
     contexts: dict[Scope, Any] = field(default_factory=dict, compare=False)
     """Per scope: the run context (``RunContextWrapper``) the SDK last passed to a run hook
     there; at top level, before any hook, the one the leg was given (the resumed state's,

@@ -141,6 +141,7 @@ from evidence_ledger.record.integrations.group_commit import Journal
 from evidence_ledger.record.integrations.hooks import (
     RecordingRunHooks,
     attach,
+    pending_call_owners,
     pending_handoffs,
     pending_response_calls,
 )
@@ -337,6 +338,7 @@ class Recorder:
                        resumed=input, handoff_calls=pending_handoffs(input),
                        native_calls=pending_native_calls(input),
                        response_calls=pending_response_calls(input), labels=labels,
+                       call_owners=pending_call_owners(input),
                        contexts={(): getattr(input, "_context", None)},
                        answers_unknown_tools=answers)
         return Leg(self._journal, since, uuid.uuid4().hex, labels=labels,

@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from evidence_ledger.record.integrations.context_decisions import context_rejections
+from evidence_ledger.record.integrations.context_decisions import persisted_decisions
 from evidence_ledger.record.integrations.group_commit import Journal
 from evidence_ledger.record.integrations.legs import CURRENT_LEG
 from evidence_ledger.record.integrations.published import persisted_executions
@@ -162,7 +162,7 @@ def _record(inner: Any, writer: EvidenceWriter, op: str, items: list[Any]) -> No
     leg = frame if frame is not None and frame.journal.writer is writer else None
     later = leg is not None and leg.since is not None  # copy what the SDK could change
     session_id, clock = _session_id(inner), writer.clock
-    executions = [*persisted_executions(leg, items), *context_rejections(leg, items)] \
+    executions = [*persisted_executions(leg, items), *persisted_decisions(leg, items)] \
         if leg is not None and op == "add" else []
     found = [
         (None if item is None else _snapshot(dict(item)) if later else dict(item), clock())
