@@ -254,7 +254,7 @@ async def test_each_agents_own_sticky_context_approval_is_read(tmp_path: Path):
 async def test_an_agents_rejection_is_read_past_another_agents_sticky_approval(
     tmp_path: Path,
 ):
-    triage, billing = _triage_and_billing(
+    triage, _ = _triage_and_billing(
         [function_call("lookup", {"order": 1}, call_id="c-t")],
         [function_call("transfer_to_billing", {}, call_id="c-h")])
     recorder, session = Recorder(tmp_path), SQLiteSession("s", str(tmp_path / "s.db"))
