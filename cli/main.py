@@ -237,6 +237,37 @@ def trace(
 
 
 @app.command()
+def diff(
+    a: Annotated[Path, typer.Argument(metavar="A", help="Ledger directory of run A.")],
+    b: Annotated[Path, typer.Argument(metavar="B", help="Ledger directory of run B (may be A).")],
+    run_a: Annotated[
+        str | None,
+        typer.Option("--run-a", metavar="RUN",
+                     help="Run of A: its id or a unique prefix (default: A's only run)."),
+    ] = None,
+    run_b: Annotated[
+        str | None,
+        typer.Option("--run-b", metavar="RUN",
+                     help="Run of B: its id or a unique prefix (default: B's only run)."),
+    ] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Compare two runs: their call chains without ids or times, side by side, every
+    difference named. For stream parity (one scenario with run and run_streamed) and
+    before/after (one scenario on two SDK releases).
+
+    Exit 0 when the runs are the same, 1 when they differ (as diff(1)) or when either
+    ledger fails integrity (saying which), 2 for bad usage.
+    """
+    result = el.Ledger(a).diff(run_a, el.Ledger(b), run_b)
+    if json:
+        output.print_json(result.to_json())
+    else:
+        output.print_diff(result)
+    raise typer.Exit(0 if result.equal else 1)
+
+
+@app.command()
 def redact(
     digest: Annotated[
         str, typer.Option("--digest", help="Payload digest, sha256:HEX (64 lowercase hex).")

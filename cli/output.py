@@ -197,3 +197,51 @@ def print_chains(rows: list[el.CallChain]) -> None:
                          "(agent-as-tool) call's output goes to its agent's run, not the session")
         table.caption_justify = "left"
     stdout.print(table)
+
+
+def _fact(facts: Any, field: str) -> str:
+    """One fact of a call as the diff table shows it ('—': the run has no such call)."""
+    if facts is None:
+        return "—"
+    value = facts.to_json()[field]
+    if field == "arguments":
+        return value.removeprefix("sha256:")[:12]
+    if field == "results":
+        return ", ".join(v.removeprefix("sha256:")[:12] for v in value) or "none"
+    if isinstance(value, list):
+        return ", ".join(value) or "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "none" if value is None else str(value)
+
+
+DIFF_FIELDS = ("arguments", "decision", "decided_on", "status", "ran_in", "results",
+               "persisted", "violations")
+"""The facts of a call the diff table shows (``--json`` has them all)."""
+
+
+def print_diff(diff: el.RunDiff) -> None:
+    """The two runs side by side, one row per call (the differing facts in red), then every
+    difference named, then the verdict."""
+    table = Table(title="calls, A | B", title_justify="left")
+    table.add_column("call", overflow="fold")
+    for field in DIFF_FIELDS:
+        table.add_column(field, overflow="fold")
+    differing = {(d.what, d.field) for d in diff.differences}
+    for name in [*diff.a, *(n for n in diff.b if n not in diff.a)]:
+        a, b = diff.a.get(name), diff.b.get(name)
+        cells = []
+        for field in DIFF_FIELDS:
+            one, other = _fact(a, field), _fact(b, field)
+            text = escape(one if one == other else f"{one} | {other}")
+            cells.append(f"[red]{text}[/]" if (name, field) in differing or a is None
+                         or b is None else text)
+        table.add_row(escape(name), *cells)
+    stdout.print(table)
+    if diff.equal:
+        stdout.print("[green]SAME[/]: the runs made the same calls, with the same evidence")
+        return
+    stdout.print(f"{len(diff.differences)} difference(s):")
+    for difference in diff.differences:
+        stdout.print(f"  {escape(str(difference))}", highlight=False)
+    stdout.print("[red]DIFFER[/]")

@@ -20,7 +20,8 @@ Verbs::
     Ledger(directory, create=False)      open a ledger directory; its methods: entries,
                                          verify, trace, inclusion_proof, consistency_proof,
                                          update_index, query, export, verify_export,
-                                         ingest, redact, checkpoint, prove, repair_sessions
+                                         ingest, redact, checkpoint, prove, repair_sessions,
+                                         diff (two runs side by side)
     Recorder(directory)                  record OpenAI Agents SDK runs    [agents]
     SigningKey.generate(path, origin)    a checkpoint key; SigningKey.load(path)
     verify_bundle(bundle, verifier_keys)            a proof bundle, offline
@@ -67,6 +68,7 @@ _PUBLIC = {
     "VerifiedCheckpoint": "evidence_ledger.tlog.checkpoint",
     "ScanReport": "evidence_ledger.sessions.report",
     "SessionRepair": "evidence_ledger.api.handle",
+    "RunDiff": "evidence_ledger.verify.compare",
 }
 """Public name -> the module that defines it."""
 
@@ -83,6 +85,7 @@ __all__ = [
     "MissingExtraError",
     "Recorder",
     "Report",
+    "RunDiff",
     "ScanReport",
     "SessionRepair",
     "SigningKey",
@@ -110,6 +113,7 @@ if TYPE_CHECKING:
     from evidence_ledger.sessions.report import ScanReport
     from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
     from evidence_ledger.verify.chains import CallChain
+    from evidence_ledger.verify.compare import RunDiff
     from evidence_ledger.verify.findings import Finding
     from evidence_ledger.verify.lineage import StateNode
     from evidence_ledger.verify.records import Report

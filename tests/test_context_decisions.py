@@ -1,7 +1,8 @@
-"""Approvals an app made on the run context, outside the recorder, as the ledger records them
+"""Decisions an app made on the run context, outside the recorder, as the ledger records them
 (``ledger/record/integrations/context_decisions.py``): read off the context when the SDK
-runs the call, with approver ``run_context``, named by ``verify`` in a notice; never in
-place of a decision the ledger already holds."""
+runs the call or persists its rejection, per owning agent, with approver ``run_context``,
+named by ``verify`` in a notice; never in place of a decision the ledger already holds.
+What the ledger says without each such decision: ``tests/test_call_kinds.py``."""
 
 from __future__ import annotations
 
@@ -25,8 +26,6 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from evidence_ledger import Recorder
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.audit import verify_ledger
-
-from .test_call_kinds import reappended_without_decision
 
 pytestmark = pytest.mark.anyio
 
@@ -56,12 +55,21 @@ def _agent(ran: list[str], *steps: list[Any]) -> Agent[Any]:
                  model=ScriptedModel([ModelStep(output=step) for step in steps]))
 
 
-def _approve_on(context: RunContextWrapper[Any], agent: Agent[Any], calls: list[Any]) -> None:
-    """Approve ``calls`` of ``agent`` on ``context``, as an app does outside the recorder."""
+def _decided_on(approve: bool, *calls: Any) -> tuple[Agent[Any], RunContextWrapper[Any]]:
+    """An agent (``_agent``) making ``calls``, then answering, and a run context on which
+    each of them is approved (or rejected, with message ``no <call_id>``), as an app does
+    outside the recorder."""
+    agent = _agent([], list(calls), [assistant_message("done")])
+    context: RunContextWrapper[Any] = RunContextWrapper(context=None)
     for call in calls:
         shell = isinstance(call, dict) and call["type"] == "shell_call"
-        context.approve_tool(ToolApprovalItem(agent=agent, raw_item=call,
-                                              tool_name="shell" if shell else None))
+        item = ToolApprovalItem(agent=agent, raw_item=call, tool_name="shell" if shell else None)
+        if approve:
+            context.approve_tool(item)
+        else:
+            call_id = call["call_id"] if shell else call.call_id
+            context.reject_tool(item, rejection_message=f"no {call_id}")
+    return agent, context
 
 
 def _decisions(ledger: Path) -> dict[str, tuple[str, str]]:
@@ -71,35 +79,17 @@ def _decisions(ledger: Path) -> dict[str, tuple[str, str]]:
 
 
 async def test_approvals_made_on_the_context_before_the_run_are_recorded(tmp_path: Path):
-    ran: list[str] = []
-    calls = [function_call("pay", {"amount": 3}, call_id="c-pay"), SHELL_CALL]
-    agent = _agent(ran, calls, [assistant_message("done")])
-    context = RunContextWrapper(context=None)
-    _approve_on(context, agent, calls)
+    agent, context = _decided_on(
+        True, function_call("pay", {"amount": 3}, call_id="c-pay"), SHELL_CALL)
 
     result = await Recorder(tmp_path).run(agent, "go", context=context)
 
-    assert result.final_output == "done" and not result.interruptions and ran == ["ls"]
+    assert result.final_output == "done" and not result.interruptions
     assert _decisions(tmp_path) == {"c-pay": ("approve", "run_context"),
                                     "c-shell": ("approve", "run_context")}
     report = verify_ledger(Ledger(tmp_path))
     assert report.violations == []
     assert any("2 decision(s) read off the run context" in n for n in report.notices)
-
-
-@pytest.mark.parametrize("call_id", ["c-pay", "c-shell"])
-async def test_without_the_approval_read_off_the_context_the_execution_is_reported(
-    tmp_path: Path, call_id: str
-):
-    calls = [function_call("pay", {"amount": 3}, call_id="c-pay"), SHELL_CALL]
-    agent = _agent([], calls, [assistant_message("done")])
-    context = RunContextWrapper(context=None)
-    _approve_on(context, agent, calls)
-    await Recorder(tmp_path / "a").run(agent, "go", context=context)
-
-    reappended_without_decision(tmp_path / "a", tmp_path / "b", call_id)
-    violations = verify_ledger(Ledger(tmp_path / "b")).violations
-    assert {(v.rule, v.call_id) for v in violations} == {("approval_binding", call_id)}
 
 
 async def test_an_approval_on_the_state_behind_the_recorders_back_is_the_contexts(
@@ -171,34 +161,18 @@ async def test_a_call_the_context_does_not_approve_records_no_decision(tmp_path:
     assert verify_ledger(Ledger(tmp_path)).violations == []
 
 
-def _reject_on(context: RunContextWrapper[Any], agent: Agent[Any], calls: list[Any]) -> None:
-    """Reject ``calls`` of ``agent`` on ``context``, each with message ``no <call_id>``."""
-    for call in calls:
-        shell = isinstance(call, dict) and call["type"] == "shell_call"
-        call_id = call["call_id"] if shell else call.call_id
-        context.reject_tool(ToolApprovalItem(agent=agent, raw_item=call,
-                                             tool_name="shell" if shell else None),
-                            rejection_message=f"no {call_id}")
-
-
 async def test_rejections_made_on_the_context_are_recorded_when_persisted(tmp_path: Path):
-    ran: list[str] = []
-    calls = [function_call("pay", {"amount": 3}, call_id="c-pay"), SHELL_CALL]
-    agent = _agent(ran, calls, [assistant_message("done")])
-    context = RunContextWrapper(context=None)
-    _reject_on(context, agent, calls)
+    agent, context = _decided_on(
+        False, function_call("pay", {"amount": 3}, call_id="c-pay"), SHELL_CALL)
 
     session = SQLiteSession("s", str(tmp_path / "s.db"))
     result = await Recorder(tmp_path / "a").run(agent, "go", context=context, session=session)
 
-    assert result.final_output == "done" and ran == []
+    assert result.final_output == "done"
     assert _decisions(tmp_path / "a") == {"c-pay": ("reject", "run_context"),
                                           "c-shell": ("reject", "run_context")}
     assert verify_ledger(Ledger(tmp_path / "a")).violations == []
-    for call_id in ("c-pay", "c-shell"):  # without it, the persisted message is unexplained
-        reappended_without_decision(tmp_path / "a", tmp_path / call_id, call_id)
-        violations = verify_ledger(Ledger(tmp_path / call_id)).violations
-        assert {(v.rule, v.call_id) for v in violations} == {("output_provenance", call_id)}
+    # without either rejection its persisted message is unexplained: tests/test_call_kinds.py
 
 
 async def test_a_rejection_on_the_state_behind_the_recorders_back_is_the_contexts(

@@ -70,11 +70,13 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
 """(release, scenario) -> the rules its ledgers break, streamed and not; absent: none."""
 
 
-def record_all(release: str, out: Path) -> dict[str, dict[str, object]]:
-    """Run the scenario script under ``release``; its JSON lines by ledger name."""
+def record_all(release: str, out: Path, *only: str) -> dict[str, dict[str, object]]:
+    """Run the scenario script under ``release`` (``only`` these ledgers, if named); its
+    JSON lines by ledger name."""
     bin_dir = sdk_venv(release)
     done = subprocess.run(
-        [str(bin_dir / "python"), str(SCRIPT), "--out", str(out)],
+        [str(bin_dir / "python"), str(SCRIPT), "--out", str(out),
+         *(["--only", *only] if only else [])],
         env=sdk_env(), capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-4000:]
@@ -108,3 +110,16 @@ def test_lineage_scenarios_report_what_the_release_does(tmp_path: Path, release:
             hashlib.sha256(b"c-9: 4111 1111 1111 1111").digest()]
         assert [e.body["guardrail"] for e in found if e.kind == "guardrail"] == [
             "no_card_numbers"]
+
+
+def test_diff_names_the_execution_a_sibling_fork_ran_on_0_20_0(tmp_path: Path) -> None:
+    """The fork scenario before (0.20.0) and after (0.24.0) the fix of the approval that
+    leaked between sibling checkpoints: ``diff`` exits 1 and names the leg that ran it."""
+    before = record_all("0.20.0", tmp_path / "before", "fork")["fork"]["ledger"]
+    after = record_all("0.24.0", tmp_path / "after", "fork")["fork"]["ledger"]
+    result = run_cli("diff", str(before), str(after), "--json")
+    assert result.code == 1
+    found = {(d["what"], d["field"]): (d["a"], d["b"])
+             for d in json.loads(result.out)["differences"]}
+    assert found["payer.wire#1", "ran_in"] == (["state 2"], ["state 1"])  # B's leg, not A's
+    assert found["violations", "state_isolation"] == (1, 0)

@@ -21,7 +21,7 @@ from evidence_ledger.api.keys import SigningKey, signing_keys
 from evidence_ledger.api.keys import verifier_keys as verifier_key_strings
 from evidence_ledger.format.digests import from_text
 from evidence_ledger.format.entries import KINDS, entry_json
-from evidence_ledger.format.errors import UsageError
+from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.times import time_ns
 from evidence_ledger.record.checkpointing import create_checkpoint
 from evidence_ledger.record.ingest import IngestResult, ingest_file
@@ -39,6 +39,13 @@ from evidence_ledger.storage.keys import refuse_key_inside
 from evidence_ledger.storage.ledger_dir import Ledger as LedgerDirectory
 from evidence_ledger.storage.log_proofs import prove_consistency_checked, prove_inclusion_checked
 from evidence_ledger.verify.audit import verify_ledger
+from evidence_ledger.verify.compare import (
+    RunDiff,
+    compare_runs,
+    run_facts,
+    run_legs,
+    run_rules,
+)
 from evidence_ledger.verify.records import Report
 
 if TYPE_CHECKING:
@@ -278,6 +285,36 @@ class Ledger:
         )
         return manifest
 
+    def diff(self, run_id: str | None, other: Ledger, other_run_id: str | None = None,
+             ) -> RunDiff:
+        """Compare run ``run_id`` of this ledger (A) with run ``other_run_id`` of ``other``
+        (B; may be this ledger): their call chains without ids or times, side by side, every
+        difference named (:mod:`evidence_ledger.verify.compare`). Reads each ledger twice
+        (the verifier's pass, payloads not re-hashed; then its run's legs).
+
+        Args:
+            run_id, other_run_id: a run id, or a unique prefix of one; None: the ledger's
+                only run that made calls.
+
+        Raises:
+            UsageError: a run that names none (or several) of the ledger's runs, or None for
+                a ledger with several runs (the message lists them).
+            EvidenceError: if either ledger fails integrity (the message says which).
+        """
+        sides = []
+        for name, book, wanted in (("A", self, run_id), ("B", other, other_run_id)):
+            report = verify_ledger(book._book, payloads=False)
+            broken = [f for f in report.violations if f.rule == "integrity"]
+            if broken:
+                raise EvidenceError(f"ledger {name} ({book.directory}) fails integrity: "
+                                    f"{broken[0].detail} (run verify)")
+            run = _pick_run(name, book.directory, {key[0] for key in report.calls}, wanted)
+            legs = run_legs((entry for entry, _ in book._book.entries()), run)
+            sides.append((run_facts(report.calls.values(), run, legs),
+                          run_rules(report.violations, run)))
+        (a, rules_a), (b, rules_b) = sides
+        return compare_runs(a, b, rules_a, rules_b)
+
     def verify_export(self, directory: Source, *, progress: Progress | None = None,
                       ) -> ExportCheck:
         """Check an export against this ledger: the root at its tree size, every file's
@@ -412,6 +449,22 @@ class Ledger:
                                       messages_table=messages_table)
         plan = plan_repair(contents, load_evidence(self._book), self._book.payloads.get)
         return SessionRepair(plan, settled, writer)
+
+
+def _pick_run(side: str, directory: Path, runs: set[str], wanted: str | None) -> str:
+    """The run of ``runs`` (those of ledger ``side`` at ``directory`` that made calls) that
+    ``wanted`` names (a run id or a unique prefix; None: the only one)."""
+    found = sorted(r for r in runs if wanted is None or r.startswith(wanted))
+    if len(found) == 1:
+        return found[0]
+    shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    if not found:
+        what = "no run made calls" if wanted is None else f"no run starts with {wanted!r}"
+        raise UsageError(f"ledger {side} ({directory}): {what}")
+    option = f"--run-{side.lower()}"
+    raise UsageError(f"ledger {side} ({directory}) holds {len(found)} runs"
+                     f"{'' if wanted is None else f' starting with {wanted!r}'} ({shown}): "
+                     f"name one with {option}")
 
 
 @dataclass
