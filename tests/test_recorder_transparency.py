@@ -437,23 +437,29 @@ async def test_shell_calls_are_recorded_decided_and_executed(tmp_path: Path):
 
 
 class FailingOnce(SQLiteSession):
-    """A session whose next append fails once ``fail`` is set."""
+    """A session whose next append fails once ``fail`` is set (``stored``: after storing
+    the items, as a store whose acknowledgement is lost)."""
 
     fail = False
+    stored = False
 
     async def add_items(self, items: list[Any]) -> None:
         if self.fail:
             self.fail = False
+            if self.stored:
+                await super().add_items(items)
             raise RuntimeError("session append failed")
         await super().add_items(items)
 
 
 async def _retried_after_a_failed_append(
-    tmp_path: Path, edit: Any = lambda state: None
+    tmp_path: Path, edit: Any = lambda state: None, stored: bool = False,
 ) -> None:
-    """A gated call approved, its leg failing at the session append, then retried from the
-    state's JSON (changed by ``edit`` first) by another recorder."""
+    """A gated call approved, its leg failing at the session append (``stored``: with the
+    items stored all the same), then retried from the state's JSON (changed by ``edit``
+    first) by another recorder."""
     session = FailingOnce("s", ":memory:")
+    session.stored = stored
     agent = _gated_agent()
     recorder = Recorder(tmp_path)
     state = (await recorder.run(agent, "pay", session=session)).to_state()
@@ -474,6 +480,17 @@ async def test_a_state_retried_after_a_failed_leg_stays_in_its_run(tmp_path: Pat
         "to_state", "decided", "resume", "ended", "loaded", "resume", "ended"]
     assert len({b["run_id"] for b in found}) == 1
     assert found[4]["parent"] == found[0]["state_id"]
+
+
+async def test_an_append_stored_though_it_failed_is_recorded_as_stored(tmp_path: Path):
+    """The SDK recovers the write from the session on retry and writes nothing again: the
+    output is in the session, and the ledger says so (no output_not_persisted)."""
+    await _retried_after_a_failed_append(tmp_path, stored=True)
+
+    persisted = [e.body["item_type"] for e, _ in Ledger(tmp_path).entries()
+                 if e.kind == "session_item"]
+    assert persisted.count("function_call_output") == 1
+    assert verify_ledger(Ledger(tmp_path)).violations == []
 
 
 async def test_a_streamed_leg_whose_reader_is_cancelled_is_recorded_failed(tmp_path: Path):

@@ -344,3 +344,11 @@ def test_a_call_id_two_runs_made_is_ambiguous_unless_one_wrote_into_the_session(
     report = _ingest_events(tmp_path / "b", [
         _call("r1"), _ran("r1"), _call("r2"), _ran("r2"), wrote, *_items_without_run()])
     assert report["violations"] == []
+
+
+def test_a_call_item_the_app_gave_as_input_awaits_no_output(tmp_path):
+    """A pending shell call the app passed in: persisted, but no call of the run."""
+    report = _ingest_events(tmp_path, [
+        *_session(_SHELL_CALL), {"kind": "run_end", "run_id": "r1", "status": "completed"},
+    ])
+    assert report["violations"] == []

@@ -35,8 +35,9 @@ whole ledger streams through it. Rules (stable names, see FORMAT.md):
   made on or a descendant of that state: a gated call executed where the only approval
   was made on another branch (a sibling state) or in another run is reported, and so is
   an execution in a run that never made the call while another run approved it;
-- ``output_not_persisted``: every tool call item a run persisted to a session (of the
-  kinds of :data:`CALL_OUTPUTS`) has its output persisted there by the time that run ends
+- ``output_not_persisted``: every tool call item a run persisted to a session for a call
+  it made (of the kinds of :data:`CALL_OUTPUTS`; not an item the app gave as input) has
+  its output persisted there by the time that run ends
   ``completed`` (the session doctor's ``dangling_call``: the conversation moved on past
   it); an ``interrupted`` or ``failed`` leg leaves it pending, as a later leg of the run
   may still persist it. A session that ends so is rejected by the provider for good;
@@ -602,7 +603,7 @@ class RuleEngine:
             if known is not None:
                 call_id = known.key[2]  # the call's own string: one copy per call
             session[call_id] += 1 if b["op"] == "add" else -1
-            if b["op"] == "add":
+            if b["op"] == "add" and known is not None:  # a call the run made, not input
                 self._unanswered[b["session_id"]][call_id] = (
                     b["run_id"], entry.seq, b["item_type"])
                 self._unanswered_by_run[b["run_id"]].add((b["session_id"], call_id))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -51,8 +52,10 @@ def recorded_session(writer: EvidenceWriter, inner: Any) -> Any:
     """A stand-in for ``inner`` (any SDK session) that records what it stores to ``writer``.
 
     Each item passed to ``add_items`` is recorded (``session_item``, ``op="add"``) after
-    the session accepted the batch; ``pop_item`` records ``op="pop"`` with the item
-    removed, ``clear_session`` records ``op="clear"``. Items are mappings
+    the session accepted the batch, or, when ``add_items`` raised, if the session's
+    ``get_items`` shows the batch stored at its end all the same (a lost acknowledgement);
+    ``pop_item`` records ``op="pop"`` with the item removed, ``clear_session`` records
+    ``op="clear"``. Items are mappings
     (``function_call``: call_id, name, arguments; ``function_call_output``:
     call_id, output; messages: role, content).
 
@@ -121,10 +124,33 @@ async def _call(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
 
 
 async def _add_items(inner: Any, writer: EvidenceWriter, method: Any, args: Any, kw: Any) -> Any:
-    result = await _call(method, args, kw)
-    items = args[0] if args else kw.get("items", [])
-    _record(inner, writer, "add", list(items))
+    items = list(args[0] if args else kw.get("items", []))
+    try:
+        result = await _call(method, args, kw)
+    except Exception:
+        if await _landed(inner, items):  # stored, though the store said it failed
+            _record(inner, writer, "add", items)
+        raise
+    _record(inner, writer, "add", items)
     return result
+
+
+def _same(item: Any) -> str:
+    return json.dumps(item, sort_keys=True, default=str)
+
+
+async def _landed(inner: Any, items: list[Any]) -> bool:
+    """True when the session, after an ``add_items`` of ``items`` that raised, ends with
+    exactly those items: the write was stored and only its acknowledgement was lost (the
+    SDK then recovers it from the session and writes nothing again). Read with the
+    session's own ``get_items``; a session that cannot say counts as not stored."""
+    if not items:
+        return False
+    try:
+        tail = await _call(inner.get_items, (), {"limit": len(items)})
+        return [_same(i) for i in tail] == [_same(i) for i in items]
+    except Exception:
+        return False
 
 
 async def _pop_item(inner: Any, writer: EvidenceWriter, method: Any, args: Any, kw: Any) -> Any:
