@@ -263,7 +263,7 @@ def diff(
     if json:
         output.print_json(result.to_json())
     else:
-        output.print_diff(result)
+        output.print_diff(result, str(a), str(b))
     raise typer.Exit(0 if result.equal else 1)
 
 

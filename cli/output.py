@@ -215,27 +215,33 @@ def _fact(facts: Any, field: str) -> str:
     return "none" if value is None else str(value)
 
 
-DIFF_FIELDS = ("arguments", "decision", "decided_on", "status", "ran_in", "results",
-               "persisted", "violations")
+DIFF_FIELDS = ("arguments", "decision", "ran_in", "persisted", "violations")
 """The facts of a call the diff table shows (``--json`` has them all)."""
 
 
-def print_diff(diff: el.RunDiff) -> None:
-    """The two runs side by side, one row per call (the differing facts in red), then every
-    difference named, then the verdict."""
-    table = Table(title="calls, A | B", title_justify="left")
+def print_diff(diff: el.RunDiff, a: str, b: str) -> None:
+    """The two runs (of ledgers ``a`` and ``b``) side by side, one row per call (the
+    differing facts in red, ``A | B``), then every difference named, then the verdict."""
+    for side, where, run, elsewhere in (("A", a, diff.run_a, diff.elsewhere_a),
+                                        ("B", b, diff.run_b, diff.elsewhere_b)):
+        stdout.print(f"{side}: {escape(where)}, run {escape(run)}", highlight=False)
+        if elsewhere:
+            stdout.print(f"[yellow]notice[/]: ledger {side} holds {elsewhere} violation(s) "
+                         "of other runs (run verify)", highlight=False)
+    table = Table(title="calls (A | B where they differ; ran_in: the leg each execution ran "
+                  "in, fresh or the run's N-th run state)", title_justify="left")
     table.add_column("call", overflow="fold")
     for field in DIFF_FIELDS:
         table.add_column(field, overflow="fold")
     differing = {(d.what, d.field) for d in diff.differences}
     for name in [*diff.a, *(n for n in diff.b if n not in diff.a)]:
-        a, b = diff.a.get(name), diff.b.get(name)
+        in_a, in_b = diff.a.get(name), diff.b.get(name)
         cells = []
         for field in DIFF_FIELDS:
-            one, other = _fact(a, field), _fact(b, field)
+            one, other = _fact(in_a, field), _fact(in_b, field)
             text = escape(one if one == other else f"{one} | {other}")
-            cells.append(f"[red]{text}[/]" if (name, field) in differing or a is None
-                         or b is None else text)
+            cells.append(f"[red]{text}[/]" if (name, field) in differing or in_a is None
+                         or in_b is None else text)
         table.add_row(escape(name), *cells)
     stdout.print(table)
     if diff.equal:

@@ -91,6 +91,20 @@ def test_two_runs_of_one_ledger_are_chosen_by_prefix(tmp_path: Path):
     assert "holds 2 runs (run-one, run-two): name one with --run-a" in unnamed.err
     ambiguous = run_cli("diff", str(ledger), str(ledger), "--run-a", "run-", "--run-b", "x")
     assert ambiguous.code == 2 and "starting with 'run-'" in ambiguous.err
+    empty = run_cli("diff", str(ledger), str(ledger), "--run-a", "", "--run-b", "run-t")
+    assert empty.code == 2 and "--run-a is empty" in empty.err
+
+
+def test_violations_of_other_runs_are_a_notice_not_a_difference(tmp_path: Path):
+    clean = _ingested(tmp_path / "a", [{**CALL, "run_id": "r1"}, {**APPROVE, "run_id": "r1"},
+                                       {**RAN, "run_id": "r1"}])
+    other = _ingested(tmp_path / "b", [{**CALL, "run_id": "r1"}, {**APPROVE, "run_id": "r1"},
+                                       {**RAN, "run_id": "r1"},
+                                       {**CALL, "run_id": "r9", "call_id": "c9"},
+                                       {**RAN, "run_id": "r9", "call_id": "c9"}])
+    result = run_cli("diff", str(clean), str(other), "--run-b", "r1")
+    assert result.code == 0
+    assert "ledger B holds 1 violation(s) of other runs (run verify)" in result.out
 
 
 def test_a_ledger_that_fails_integrity_is_named(tmp_path: Path):

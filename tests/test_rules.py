@@ -320,6 +320,15 @@ def _items_without_run(call_id="c1"):
 def test_session_items_that_name_no_run_trace_through_their_session(tmp_path):
     report = _ingest_events(tmp_path, [_call("r1"), _ran("r1"), *_items_without_run()])
     assert report["violations"] == []  # before: "output of a call that was never recorded"
+    assert not any("persisted no session item" in n for n in report["notices"])
+
+
+def test_a_call_item_that_names_no_run_awaits_its_output_in_its_calls_run(tmp_path):
+    report = _ingest_events(tmp_path, [
+        _call("r1"), _ran("r1"), _items_without_run()[0],
+        {"kind": "run_end", "run_id": "r1", "status": "completed"}])
+    assert [(v["rule"], v["run_id"]) for v in report["violations"]] == [
+        ("output_not_persisted", "r1")]
 
 
 def test_an_output_whose_call_no_run_made_is_still_reported(tmp_path):
@@ -336,8 +345,8 @@ def test_a_call_id_two_runs_made_is_ambiguous_unless_one_wrote_into_the_session(
         _call("r1"), _ran("r1"), _call("r2"), _ran("r2"), *_items_without_run()])
     assert [(v["rule"], v["call_id"]) for v in report["violations"]] == [
         ("output_provenance", "c1")]
-    assert "ambiguous: made by run r1 at seq 0, run r2 at seq 2" in report["violations"][0][
-        "detail"]
+    assert "which more than one run made (run r1 at seq 0, run r2 at seq 2)" in report[
+        "violations"][0]["detail"]
 
     wrote = {"kind": "session_item", "run_id": "r2", "session_id": "s1",
              "item": {"type": "message", "role": "user", "content": "hi"}}

@@ -10,6 +10,7 @@ Methods that need the ``[query]`` extra (DuckDB, pyarrow) import it when called 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -290,7 +291,8 @@ class Ledger:
         """Compare run ``run_id`` of this ledger (A) with run ``other_run_id`` of ``other``
         (B; may be this ledger): their call chains without ids or times, side by side, every
         difference named (:mod:`evidence_ledger.verify.compare`). Reads each ledger twice
-        (the verifier's pass, payloads not re-hashed; then its run's legs).
+        (the verifier's pass, payloads not re-hashed: ``verify`` checks those; then its
+        run's legs).
 
         Args:
             run_id, other_run_id: a run id, or a unique prefix of one; None: the ledger's
@@ -310,10 +312,13 @@ class Ledger:
                                     f"{broken[0].detail} (run verify)")
             run = _pick_run(name, book.directory, {key[0] for key in report.calls}, wanted)
             legs = run_legs((entry for entry, _ in book._book.entries()), run)
-            sides.append((run_facts(report.calls.values(), run, legs),
-                          run_rules(report.violations, run)))
-        (a, rules_a), (b, rules_b) = sides
-        return compare_runs(a, b, rules_a, rules_b)
+            sides.append((run, run_facts(report.calls.values(), run, legs),
+                          run_rules(report.violations, run), report.violations))
+        (run_a, a, rules_a, all_a), (run_b, b, rules_b, all_b) = sides
+        return dataclasses.replace(
+            compare_runs(a, b, rules_a, rules_b), run_a=run_a, run_b=run_b,
+            elsewhere_a=sum(f.run_id not in (run_a, run_b) for f in all_a),
+            elsewhere_b=sum(f.run_id not in (run_a, run_b) for f in all_b))
 
     def verify_export(self, directory: Source, *, progress: Progress | None = None,
                       ) -> ExportCheck:
@@ -454,6 +459,8 @@ class Ledger:
 def _pick_run(side: str, directory: Path, runs: set[str], wanted: str | None) -> str:
     """The run of ``runs`` (those of ledger ``side`` at ``directory`` that made calls) that
     ``wanted`` names (a run id or a unique prefix; None: the only one)."""
+    if wanted == "":
+        raise UsageError(f"--run-{side.lower()} is empty: give a run id or a prefix of one")
     found = sorted(r for r in runs if wanted is None or r.startswith(wanted))
     if len(found) == 1:
         return found[0]

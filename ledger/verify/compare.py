@@ -114,6 +114,10 @@ class RunDiff:
         a, b: per run, call name -> :class:`CallFacts`, in the run's call order.
         rules_a, rules_b: per run, rule -> how many violations of it name the run.
         differences: every difference, calls in A's order then B's extra ones.
+        run_a, run_b: the run ids compared ('' when not given).
+        elsewhere_a, elsewhere_b: violations of each ledger that name no compared run (not
+            differences; a ledger that fails ``verify`` can hold two runs that compare the
+            same).
     """
 
     a: dict[str, CallFacts]
@@ -121,6 +125,10 @@ class RunDiff:
     rules_a: dict[str, int]
     rules_b: dict[str, int]
     differences: tuple[Difference, ...]
+    run_a: str = ""
+    run_b: str = ""
+    elsewhere_a: int = 0
+    elsewhere_b: int = 0
 
     @property
     def equal(self) -> bool:
@@ -128,13 +136,14 @@ class RunDiff:
         return not self.differences
 
     def to_json(self) -> dict[str, Any]:
-        """``equal``, ``a`` / ``b`` (calls, violations), ``differences``."""
+        """``equal``, ``a`` / ``b`` (run id, calls, violations, violations elsewhere in
+        the ledger), ``differences``."""
         return {
             "equal": self.equal,
-            "a": {"calls": {k: v.to_json() for k, v in self.a.items()},
-                  "violations": self.rules_a},
-            "b": {"calls": {k: v.to_json() for k, v in self.b.items()},
-                  "violations": self.rules_b},
+            "a": {"run_id": self.run_a, "calls": {k: v.to_json() for k, v in self.a.items()},
+                  "violations": self.rules_a, "violations_elsewhere": self.elsewhere_a},
+            "b": {"run_id": self.run_b, "calls": {k: v.to_json() for k, v in self.b.items()},
+                  "violations": self.rules_b, "violations_elsewhere": self.elsewhere_b},
             "differences": [d.to_json() for d in self.differences],
         }
 

@@ -452,13 +452,14 @@ class RuleEngine:
         others = [self.calls[k] for k in ([] if held is None else
                                           held if isinstance(held, list) else [held])
                   if k[0] != run_id and shown in (None, self.calls[k].args_digest)]
-        made = (f"made in run {others[0].key[0]} at seq {others[0].seq}" if others
-                else "made in no run of this ledger")
+        made = (f"made in run {others[0].key[0]} at {_scope_text(others[0].key[1])}, seq "
+                f"{others[0].seq}" if others else "made in no run of this ledger")
         mine = "" if own is None else f" (its own call {call_id} has other arguments)"
         self._report(
             FOREIGN_INTERRUPTION, entry,
             f"run state {entry.body['state_id']} waits on call {call_id}, which its run never "
-            f"made{mine}: {made}; an approver would be shown arguments {_digest_text(shown)}",
+            f"made{mine}: {made}; an approver would be shown the arguments with digest "
+            f"{_digest_text(shown)}",
             (run_id, scope or (), call_id),
         )
 
@@ -599,14 +600,14 @@ class RuleEngine:
                 self._unanswered_by_run[run_id] = {
                     k for k in self._unanswered_by_run[run_id] if k[0] != b["session_id"]}
         elif b["item_type"] in _CALL_ITEMS and call_id is not None:
-            known = self.calls.get((b["run_id"], (), call_id))
+            known = self._output_call(b)[0]  # traced as an output is: through the session
             if known is not None:
                 call_id = known.key[2]  # the call's own string: one copy per call
             session[call_id] += 1 if b["op"] == "add" else -1
-            if b["op"] == "add" and known is not None:  # a call the run made, not input
-                self._unanswered[b["session_id"]][call_id] = (
-                    b["run_id"], entry.seq, b["item_type"])
-                self._unanswered_by_run[b["run_id"]].add((b["session_id"], call_id))
+            if b["op"] == "add" and known is not None:  # a call a run made, not input
+                run_id = known.key[0]
+                self._unanswered[b["session_id"]][call_id] = (run_id, entry.seq, b["item_type"])
+                self._unanswered_by_run[run_id].add((b["session_id"], call_id))
             else:
                 self._answered(b["session_id"], call_id)
         elif b["item_type"] in CALL_OUTPUTS and call_id and b["op"] == "add":
@@ -635,7 +636,8 @@ class RuleEngine:
             )
 
     def _output_call(self, b: dict) -> tuple[CallState | None, str]:
-        """The call a persisted output traces to, or None and what was found instead.
+        """The call a persisted item (an output, or a call item) traces to; or None and the
+        finding's detail: what was found instead.
 
         Sessions are not runs: one session serves every run that uses it, and an ingested
         item may name no run. The call is the one of the item's own identity ``(run_id,
@@ -649,15 +651,17 @@ class RuleEngine:
         keys = [] if held is None else held if isinstance(held, list) else [held]
         made = [self.calls[k] for k in keys]
         if not made:
-            return None, f"no call {b['call_id']} was recorded in any run"
+            return None, (f"output of a call that was never recorded (no call {b['call_id']} "
+                          "was recorded in any run)")
         writers = self._session_runs.get(b["session_id"], set())
         linked = [c for c in made if c.key[0] in writers]
         found = linked or made
         if len(found) == 1:
             return found[0], ""
         runs = ", ".join(f"run {c.key[0]} at seq {c.seq}" for c in found[:3])
-        return None, (f"call {b['call_id']} is ambiguous: made by {runs}"
-                      f"{' (each wrote into the session)' if linked else ''}")
+        return None, (f"output of call {b['call_id']}, which more than one run made "
+                      f"({runs}{'; each wrote into the session' if linked else ''}): it traces "
+                      "to none of them")
 
     def _check_output(self, entry: Entry, linked: bool) -> None:
         b = entry.body
@@ -672,9 +676,10 @@ class RuleEngine:
                 key,
             )
         if call is None:
-            self._report(OUTPUT_PROVENANCE, entry,
-                         f"output of a call that was never recorded ({found_instead})", key)
+            self._report(OUTPUT_PROVENANCE, entry, found_instead, key)
             return
+        if call.key[0] in self._persisted:  # a run that wrote into a session, by this item
+            self._persisted[call.key[0]] = True
         call.held_persisted = _held(call.held_persisted, entry.seq)
         sticky = self._effective(call)
         sticky_rejected = sticky is not None and sticky.decision == "reject"
