@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+import threading
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -131,9 +132,45 @@ class ProgressBar:
         self.progress.update(self.task, completed=done, total=total, description=label)
 
 
+DEEP_STACK = 1 << 30
+"""Stack (bytes of address space, committed only as used) of the thread that writes JSON
+nested deeper than the interpreter's recursion limit allows (a run-state chain as long as
+the log: ``trace --json``)."""
+
+
 def print_json(value: Any) -> None:
-    """Write ``value`` as one JSON document on stdout."""
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    """Write ``value`` as one JSON document on stdout, however deeply it is nested."""
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False)
+    except RecursionError:
+        text = _dumps_deep(value)
+    sys.stdout.write(text + "\n")
+
+
+def _dumps_deep(value: Any) -> str:
+    """``json.dumps`` in a thread with a :data:`DEEP_STACK` stack, the recursion limit
+    raised to what that stack holds (one level of nesting costs well under 1 KiB)."""
+    out: list[str] = []
+    failure: list[BaseException] = []
+
+    def dump() -> None:
+        try:
+            out.append(json.dumps(value, indent=2, ensure_ascii=False))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    limit, size = sys.getrecursionlimit(), threading.stack_size(DEEP_STACK)
+    sys.setrecursionlimit(DEEP_STACK // 1024)
+    try:
+        worker = threading.Thread(target=dump)
+        worker.start()
+        worker.join()
+    finally:
+        sys.setrecursionlimit(limit)
+        threading.stack_size(size)
+    if failure:
+        raise failure[0]
+    return out[0]
 
 
 _EPOCH = dt.datetime(1970, 1, 1)

@@ -281,6 +281,21 @@ def test_verify_export_bad_manifests(audit, tmp_path, content, code):
     assert result.code == code and result.err.count("\n") == 1
 
 
+@pytest.mark.parametrize("edit", [
+    {"format": {"a": 1}}, {"format": ["jsonl"]}, {"export_format_version": True},
+    {"export_format_version": 1.0}, {"files": [{"view": ["calls"], "name": "x"}]},
+])
+def test_a_manifest_with_a_field_of_the_wrong_type_is_not_an_export(audit, exports, tmp_path,
+                                                                     edit):
+    copy = tmp_path / "export"
+    shutil.copytree(exports["jsonl"], copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, **edit}))
+    result = run_cli("verify-export", str(copy), "--ledger", str(audit.directory))
+    assert result.code == 1 and "not an evidence-ledger export manifest" in result.err
+    assert "internal error" not in result.err
+
+
 def test_a_manifest_naming_a_path_outside_the_export_is_refused(audit, exports, tmp_path):
     path = copy(exports["csv"], tmp_path)
     m = manifest(path)

@@ -391,3 +391,22 @@ def test_trace_json_has_the_lineage(tmp_path: Path) -> None:
     assert s_d["events"][0]["interruptions"][0]["scope"] == ["ask_treasury:c3"]
     assert s_d["bound"][0] == {"seq": 17, "time": s_d["bound"][0]["time"], "kind": "decision",
                                "call_id": "n1", "scope": ["ask_treasury:c3"], "detail": "approve"}
+
+
+def test_trace_follows_a_run_state_chain_as_long_as_the_log(tmp_path: Path) -> None:
+    """1,500 run states, each the parent of the next: no RecursionError in text or JSON."""
+    lines = ['{"kind":"call","run_id":"r1","agent":"a","tool":"t","call_id":"c1",'
+             '"arguments":"{}"}']
+    for i in range(1500):
+        parent = f',"parent":"s{i - 1}"' if i else ""
+        lines.append(f'{{"kind":"run_state","run_id":"r1","state_id":"s{i}",'
+                     f'"event":"to_state"{parent}}}')
+    verified(tmp_path, lines)
+    ledger = str(tmp_path / "ledger")
+    result = run_cli("trace", "c1", "--ledger", ledger, "--json")
+    assert result.code == 0, result.err
+    node, depth = json.loads(result.out)["lineage"][0]["states"][0], 0
+    while node["children"]:
+        node, depth = node["children"][0], depth + 1
+    assert (node["state_id"], depth) == ("s1499", 1499)
+    assert run_cli("trace", "c1", "--ledger", ledger).code == 0

@@ -329,14 +329,15 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
     fmt = manifest.get("format") if isinstance(manifest, dict) else None
     ok = (
         isinstance(manifest, dict)
-        and manifest.get("export_format_version") == EXPORT_FORMAT_VERSION
-        and fmt in FORMATS
+        and _count(manifest.get("export_format_version"))  # an int: not true, not 1.0
+        and manifest["export_format_version"] == EXPORT_FORMAT_VERSION
+        and isinstance(fmt, str) and fmt in FORMATS
         and _count(manifest.get("tree_size"))
         and isinstance(manifest.get("root_hash"), str)
         and all(manifest.get(k) is None or _time(manifest.get(k)) for k in _RANGE)
         and isinstance(manifest.get("files"), list)
         and all(
-            isinstance(f, dict) and f.get("view") in VIEWS
+            isinstance(f, dict) and isinstance(f.get("view"), str) and f["view"] in VIEWS
             and f.get("name") == f"{f.get('view')}.{FORMATS[str(fmt)]}"
             and _count(f.get("rows")) and isinstance(f.get("sha256"), str)
             for f in manifest["files"]

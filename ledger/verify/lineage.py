@@ -106,13 +106,23 @@ class StateNode:
         return self.events[-1].interruptions if self.events else ()
 
     def walk(self, depth: int = 0) -> Iterable[tuple[int, StateNode]]:
-        """``(depth, node)`` for this node and every descendant, depth first."""
-        yield depth, self
-        for child in self.children:
-            yield from child.walk(depth + 1)
+        """``(depth, node)`` for this node and every descendant, depth first (without
+        recursion: a chain of states may be as long as the log)."""
+        stack = [(depth, self)]
+        while stack:
+            at, node = stack.pop()
+            yield at, node
+            stack.extend((at + 1, child) for child in reversed(node.children))
 
     def to_json(self) -> dict[str, Any]:
-        """JSON form (digests as ``sha256:<hex>``), children nested."""
+        """JSON form (digests as ``sha256:<hex>``), children nested (built without
+        recursion, deepest first)."""
+        built: dict[int, dict[str, Any]] = {}
+        for _, node in reversed(list(self.walk())):
+            built[id(node)] = node._own_json([built.pop(id(c)) for c in node.children])
+        return built[id(self)]
+
+    def _own_json(self, children: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "state_id": self.state_id, "run_id": self.run_id, "parent": self.parent,
             "recorded": self.recorded,
@@ -127,7 +137,7 @@ class StateNode:
                  "scope": list(b.scope), "detail": b.detail}
                 for b in self.bound
             ],
-            "children": [c.to_json() for c in self.children],
+            "children": children,
         }
 
 
