@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -405,7 +406,12 @@ def test_trace_follows_a_run_state_chain_as_long_as_the_log(tmp_path: Path) -> N
     ledger = str(tmp_path / "ledger")
     result = run_cli("trace", "c1", "--ledger", ledger, "--json")
     assert result.code == 0, result.err
-    node, depth = json.loads(result.out)["lineage"][0]["states"][0], 0
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)  # this test's own json.loads, as deep as the chain
+    try:
+        node, depth = json.loads(result.out)["lineage"][0]["states"][0], 0
+    finally:
+        sys.setrecursionlimit(limit)
     while node["children"]:
         node, depth = node["children"][0], depth + 1
     assert (node["state_id"], depth) == ("s1499", 1499)
