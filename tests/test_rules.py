@@ -361,3 +361,27 @@ def test_a_call_item_the_app_gave_as_input_awaits_no_output(tmp_path):
         *_session(_SHELL_CALL), {"kind": "run_end", "run_id": "r1", "status": "completed"},
     ])
     assert report["violations"] == []
+
+
+def test_two_runs_persisting_one_call_id_in_one_session_are_judged_each(tmp_path):
+    """The SDK's scripted models reuse call ids: two runs, one session, no outputs."""
+    item = {"type": "function_call", "call_id": "c1", "name": "wire", "arguments": "{}"}
+    report = _ingest_events(tmp_path, [
+        _call("r1"), {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": item},
+        _call("r2"), {"kind": "session_item", "run_id": "r2", "session_id": "s1", "item": item},
+        {"kind": "run_end", "run_id": "r1", "status": "completed"},
+        {"kind": "run_end", "run_id": "r2", "status": "completed"},
+    ])  # before: an internal error (KeyError)
+    assert [(v["rule"], v["run_id"]) for v in report["violations"]] == [
+        ("output_not_persisted", "r1"), ("output_not_persisted", "r2")]
+
+
+def test_an_output_of_another_kind_than_its_call_item_answers_nothing(tmp_path):
+    """A function call's output relabelled as a custom tool's: not linked, not its output."""
+    report = _ingest_events(tmp_path, [
+        _call("r1"), _persisted("sent")[0], _ran("r1"),
+        {"kind": "session_item", "run_id": "r1", "session_id": "s1", "item": {
+            "type": "custom_tool_call_output", "call_id": "c1", "output": "anything"}},
+        {"kind": "run_end", "run_id": "r1", "status": "completed"},
+    ])  # before: clean
+    assert [v["rule"] for v in report["violations"]] == ["tool_linkage", "output_not_persisted"]

@@ -17,7 +17,9 @@ the bundled entries gives exactly the full ledger's verdict on the selection:
 - the ``run_end``, ``run_state`` and static ``tool_policy`` entries and the sticky
   (``always``) decisions of the selection's runs, with the ``call`` entries those
   decisions were made on;
-- the ``clear`` operations of the sessions the selection persisted items to;
+- the ``clear`` operations of the sessions the selection persisted items to, and the first
+  item each run persisted to them (an output is traced through the runs that wrote into its
+  session);
 - the ``run_state`` entries of any other run whose states bundled entries name, every
   ``call`` entry a bundled entry ``refs``, and the ``redaction`` entries of the payloads
   bundled entries name.
@@ -212,6 +214,7 @@ def select_entries(records: Records, selection: Selection) -> list[tuple[int, by
     # Pass 2: the selection and its context (see the module docstring).
     chosen: dict[int, tuple[bytes, Entry]] = {}
     run_calls: dict[int, tuple[bytes, Entry]] = {}  # calls of the runs, maybe needed
+    writers: set[tuple[str, str]] = set()  # (session, run) whose first item is chosen
     sticky_calls: set[tuple[str, str]] = set()
     redactions: list[tuple[int, bytes, Entry]] = []
     needles = (*_needles(sorted(runs | sessions | call_ids)), b"redaction")
@@ -223,8 +226,12 @@ def select_entries(records: Records, selection: Selection) -> list[tuple[int, by
             or body.get("call_id") in call_ids
             or any(p["call_id"] in call_ids for p in body.get("interruptions") or ())
             or (kind == "session_item" and body["op"] == "clear" and body["session_id"] in sessions)
+            or (kind == "session_item" and body["session_id"] in sessions
+                and (body["session_id"], run_id) not in writers)  # a run writing into it
         ):
             chosen[seq] = (data, entry)
+            if kind == "session_item":
+                writers.add((body["session_id"], run_id))
         elif kind == "redaction":
             redactions.append((seq, data, entry))
         elif run_id not in runs:

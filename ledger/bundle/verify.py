@@ -395,9 +395,9 @@ class Selection:
             return True
         if self.mode == "run":
             return body.get("run_id") == self.run_id
-        return body.get("call_id") == self.call_id and (
-            self.run_id is None or body.get("run_id") == self.run_id
-        )
+        named = body.get("call_id") == self.call_id or any(  # a state waiting on the call
+            p.get("call_id") == self.call_id for p in body.get("interruptions") or ())
+        return named and (self.run_id is None or body.get("run_id") == self.run_id)
 
     def selects(self, finding: Finding) -> bool:
         """True when ``finding`` concerns a call identity in the selection."""

@@ -252,7 +252,7 @@ class RuleEngine:
         # and each agent-as-tool call runs its agent in a run (and scope) of its own
         self._sticky: dict[tuple[str, tuple[str, ...], str, str], list[Decision]] = \
             defaultdict(list)
-        self._sessions: dict[str, Counter[str]] = defaultdict(Counter)
+        self._sessions: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
         # run -> call -> its latest approval, until a leg it holds in runs the call
         self._approved: dict[str, dict[CallKey, Decision]] = defaultdict(dict)
         # call_id -> every approval naming it, any run and scope (the rare paths that
@@ -264,15 +264,15 @@ class RuleEngine:
         # run -> whether it persisted a session item, for each run with a top-level execution
         self._persisted: dict[str, bool] = {}
         self._context_decisions: list[int] = []  # seq of each decision read off a run context
-        # session -> call_id -> (run, seq, item type) of each persisted call item without
-        # its output there yet; run -> (session, call_id) of those it persisted
+        # session -> (call_id, call item type, run) -> seq of each persisted call item
+        # without its output there yet; run -> (session, call_id, item type) of those
         # call_id -> the call(s) with it, any run and scope; session -> the runs that wrote
         # into it (a session item's output is traced through them: see _output_call)
         self._call_ids: dict[str, CallKey | list[CallKey]] = {}
         self._foreign: set[tuple[str, str]] = set()  # (run, call_id) reported foreign
         self._session_runs: dict[str, set[str]] = defaultdict(set)
-        self._unanswered: dict[str, dict[str, tuple[str, int, str]]] = defaultdict(dict)
-        self._unanswered_by_run: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self._unanswered: dict[str, dict[tuple[str, str, str], int]] = defaultdict(dict)
+        self._unanswered_by_run: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -593,39 +593,43 @@ class RuleEngine:
             self._persisted[b["run_id"]] = True
             self._session_runs[b["session_id"]].add(sys.intern(b["run_id"]))
         session = self._sessions[b["session_id"]]
-        call_id = b["call_id"]
+        call_id, kind = b["call_id"], b["item_type"]
         if b["op"] == "clear":
             session.clear()
-            for run_id, _, _ in self._unanswered.pop(b["session_id"], {}).values():
+            for _, _, run_id in self._unanswered.pop(b["session_id"], {}):
                 self._unanswered_by_run[run_id] = {
                     k for k in self._unanswered_by_run[run_id] if k[0] != b["session_id"]}
-        elif b["item_type"] in _CALL_ITEMS and call_id is not None:
+        elif kind in _CALL_ITEMS and call_id is not None:
             known = self._output_call(b)[0]  # traced as an output is: through the session
             if known is not None:
                 call_id = known.key[2]  # the call's own string: one copy per call
-            session[call_id] += 1 if b["op"] == "add" else -1
+            session[call_id, kind] += 1 if b["op"] == "add" else -1
             if b["op"] == "add" and known is not None:  # a call a run made, not input
                 run_id = known.key[0]
-                self._unanswered[b["session_id"]][call_id] = (run_id, entry.seq, b["item_type"])
-                self._unanswered_by_run[run_id].add((b["session_id"], call_id))
-            else:
-                self._answered(b["session_id"], call_id)
-        elif b["item_type"] in CALL_OUTPUTS and call_id and b["op"] == "add":
-            self._answered(b["session_id"], call_id)
-            self._check_output(entry, session[call_id] > 0)
+                self._unanswered[b["session_id"]][call_id, kind, run_id] = entry.seq
+                self._unanswered_by_run[run_id].add((b["session_id"], call_id, kind))
+            elif b["op"] != "add":
+                self._answered(b["session_id"], call_id, kind)
+        elif kind in CALL_OUTPUTS and call_id and b["op"] == "add":
+            self._answered(b["session_id"], call_id, CALL_OUTPUTS[kind])
+            self._check_output(entry, session[call_id, CALL_OUTPUTS[kind]] > 0)
 
-    def _answered(self, session_id: str, call_id: str) -> None:
-        """The call item ``call_id`` of ``session_id`` has its output (or was removed)."""
-        found = self._unanswered[session_id].pop(call_id, None)
-        if found is not None:
-            self._unanswered_by_run[found[0]].discard((session_id, call_id))
+    def _answered(self, session_id: str, call_id: str, kind: str) -> None:
+        """Every run's call item ``call_id`` of ``kind`` in ``session_id`` has its output
+        there (or the item was removed)."""
+        waiting = self._unanswered.get(session_id, {})
+        for key in [k for k in waiting if k[:2] == (call_id, kind)]:
+            del waiting[key]
+            self._unanswered_by_run[key[2]].discard((session_id, call_id, kind))
 
     def _unanswered_at_end(self, entry: Entry) -> None:
         """``output_not_persisted`` for each call item the run of ``entry`` (a ``run_end``
         that completed) persisted without its output."""
         run_id = entry.body["run_id"]
-        for session_id, call_id in sorted(self._unanswered_by_run.pop(run_id, ())):
-            _, seq, kind = self._unanswered[session_id].pop(call_id)
+        for session_id, call_id, kind in sorted(self._unanswered_by_run.pop(run_id, ())):
+            seq = self._unanswered[session_id].pop((call_id, kind, run_id), None)
+            if seq is None:
+                continue
             call = self.calls.get((run_id, (), call_id))
             output = next(o for o, c in CALL_OUTPUTS.items() if c == kind)
             self._report(
