@@ -214,7 +214,7 @@ def select_entries(records: Records, selection: Selection) -> list[tuple[int, by
     # Pass 2: the selection and its context (see the module docstring).
     chosen: dict[int, tuple[bytes, Entry]] = {}
     run_calls: dict[int, tuple[bytes, Entry]] = {}  # calls of the runs, maybe needed
-    writers: set[tuple[str, str]] = set()  # (session, run) whose first item is chosen
+    writers: set[tuple[str, str | None]] = set()  # (session, run) whose first item is chosen
     sticky_calls: set[tuple[str, str]] = set()
     redactions: list[tuple[int, bytes, Entry]] = []
     needles = (*_needles(sorted(runs | sessions | call_ids)), b"redaction")
