@@ -86,6 +86,12 @@ def render_text(v: el.VerifiedBundle) -> str:
             f"entries, {len(v.signed_only)} resting on the signature)"
         )
     lines += [f"  {_finding_line(f)}" for f in v.verdict]
+    if v.uncovered:
+        lines.append(
+            f"warning: the bundled entries show {len(v.uncovered)} violation(s) of rules the "
+            "signed verdict does not list (signed before those rules existed, or without "
+            "them): the signature says nothing about them")
+        lines += [f"  {_finding_line(f)}" for f in v.uncovered]
     if v.absence_proven:
         lines.append("absence: proven (the bundle holds the whole log)")
     else:

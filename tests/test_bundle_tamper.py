@@ -429,3 +429,27 @@ def test_the_offline_verifier_knows_every_rule_the_ledger_verifier_runs(tmp_path
     for payloads in (True, False):
         assert set(verify_ledger(Ledger(tmp_path), payloads=payloads).rules) <= LEDGER_RULES
     assert set(checkpoint_audit.RULES) <= LEDGER_RULES
+
+
+def test_a_verdict_re_signed_without_a_new_rule_shows_what_it_leaves_out(tmp_path):
+    """A verdict that does not list ``output_not_persisted`` (as one signed before the rule
+    existed) still verifies, and the violation the entries show is named, as not covered."""
+    ledger, key = tmp_path / "ledger", tmp_path / "k"
+    ingest(ledger, "output_not_persisted")
+    vkey = run_cli("keygen", "--origin", ORIGIN, "--out", str(key)).out.strip()
+    out = tmp_path / "b.json"
+    assert run_cli("prove", "--ledger", str(ledger), "--key", str(key), "--out", str(out),
+                   "--call-id", "c-update").code == 0
+    statement = json.loads(base64.b64decode(json.loads(out.read_bytes())["payload"]))
+    verdict = statement["predicate"]["verdict"]
+    verdict["rules"].remove("output_not_persisted")
+    verdict["violations"], verdict["ok"] = [], True
+    out.write_bytes(sign_statement(json.dumps(statement).encode(), load_signer(key)))
+
+    verified = verify_bundle(out.read_bytes(), [load_signer(key).verifier])
+    assert verified.ok and [f.rule for f in verified.uncovered] == ["output_not_persisted"]
+    result = run_cli("verify-proof", str(out), "--verifier-key", vkey)
+    assert result.code == 0
+    assert "warning: the bundled entries show 1 violation(s) of rules the signed verdict " \
+        "does not list" in result.out
+    assert "output_not_persisted at seq 7" in result.out

@@ -529,6 +529,10 @@ class VerifiedBundle:
             the claimed ones of :data:`ENGINE_RULES`).
         signed_only: claimed violations no bundle can recompute (ledger integrity of
             payload files, checkpoint audits): they rest on the signature.
+        uncovered: violations the bundled entries show of rules the signed verdict does not
+            list (a verdict signed before those rules existed, or one re-signed without
+            them): the signature claims nothing about them; shown so that no one takes
+            their absence from the verdict for a clean record.
         absence_proven: True only for whole-log bundles.
         absence: the ``absence.statement`` text.
         calls: the selected calls as the rules saw them, by seq.
@@ -551,6 +555,7 @@ class VerifiedBundle:
     absence_proven: bool
     absence: str
     calls: tuple[CallState, ...]
+    uncovered: tuple[Finding, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -607,6 +612,7 @@ class VerifiedBundle:
                 "violations": [f.to_json() for f in self.verdict],
                 "recomputed": [f.to_json() for f in self.recomputed],
                 "signed_only": [f.to_json() for f in self.signed_only],
+                "uncovered": [f.to_json() for f in self.uncovered],
             },
             "absence": {"proven": self.absence_proven, "statement": self.absence},
         }
@@ -911,7 +917,7 @@ def _check_payloads(
 
 def _check_verdict(
     pred: _Predicate, entries: list[BundleEntry]
-) -> tuple[tuple[Finding, ...], tuple[Finding, ...], tuple[CallState, ...]]:
+) -> tuple[tuple[Finding, ...], tuple[Finding, ...], tuple[Finding, ...], tuple[CallState, ...]]:
     if pred.verdict_ok != (not pred.verdict):
         raise BundleVerdictError(
             "verdict",
@@ -940,8 +946,9 @@ def _check_verdict(
     engine = RuleEngine()
     for e in entries:
         engine.feed(e.entry)
-    recomputed = tuple(f for f in engine.findings
-                       if pred.selection.selects(f) and f.rule in pred.rules)
+    shown_all = [f for f in engine.findings if pred.selection.selects(f)]
+    recomputed = tuple(f for f in shown_all if f.rule in pred.rules)
+    uncovered = tuple(f for f in shown_all if f.rule not in pred.rules)
     claimed = Counter(_finding_key(f) for f in pred.verdict if f.rule in ENGINE_RULES)
     shown = Counter(_finding_key(f) for f in recomputed)
     for f in recomputed:
@@ -962,7 +969,7 @@ def _check_verdict(
             key=lambda c: c.seq,
         )
     )
-    return recomputed, signed_only, calls
+    return recomputed, signed_only, uncovered, calls
 
 
 def verify_bundle(data: bytes, verifiers: Sequence[Verifier]) -> VerifiedBundle:
@@ -999,7 +1006,7 @@ def verify_bundle(data: bytes, verifiers: Sequence[Verifier]) -> VerifiedBundle:
             "selection", f"no bundled entry belongs to {pred.selection.describe()}"
         )
     missing = _check_payloads(pred.payloads, entries)
-    recomputed, signed_only, calls = _check_verdict(pred, entries)
+    recomputed, signed_only, uncovered, calls = _check_verdict(pred, entries)
     whole_log = pred.proof_form == PROOF_WHOLE_LOG
     if pred.absence_proven != whole_log or pred.absence_basis != (
         ABSENCE_WHOLE_LOG if whole_log else ABSENCE_SIGNED
@@ -1020,6 +1027,7 @@ def verify_bundle(data: bytes, verifiers: Sequence[Verifier]) -> VerifiedBundle:
         selection=pred.selection, proof_form=pred.proof_form, entries=tuple(entries),
         prev_links=prev_links, ref_links=ref_links, payloads=pred.payloads,
         missing_payloads=missing, verdict=pred.verdict, rules=pred.rules,
-        recomputed=recomputed, signed_only=signed_only, absence_proven=pred.absence_proven,
+        recomputed=recomputed, signed_only=signed_only, uncovered=uncovered,
+        absence_proven=pred.absence_proven,
         absence=pred.absence, calls=calls,
     )
