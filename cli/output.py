@@ -253,6 +253,8 @@ def _fact(facts: Any, field: str) -> str:
 
 
 DIFF_FIELDS = ("arguments", "decision", "ran_in", "persisted", "violations")
+DIFF_ROWS = 60
+"""Past this many calls the diff table shows only the calls that differ."""
 """The facts of a call the diff table shows (``--json`` has them all)."""
 
 
@@ -271,7 +273,15 @@ def print_diff(diff: el.RunDiff, a: str, b: str) -> None:
     for field in DIFF_FIELDS:
         table.add_column(field, overflow="fold")
     differing = {(d.what, d.field) for d in diff.differences}
-    for name in [*diff.a, *(n for n in diff.b if n not in diff.a)]:
+    names = [*diff.a, *(n for n in diff.b if n not in diff.a)]
+    if len(names) > DIFF_ROWS:  # a long run: the calls that differ only
+        involved = {d.what for d in diff.differences}
+        shown = [n for n in names if n in involved]
+        table.caption = (f"{len(names) - len(shown)} call(s) the same in both not shown "
+                         "(--json has every call)")
+        table.caption_justify = "left"
+        names = shown
+    for name in names:
         in_a, in_b = diff.a.get(name), diff.b.get(name)
         cells = []
         for field in DIFF_FIELDS:

@@ -115,3 +115,42 @@ def test_a_ledger_that_fails_integrity_is_named(tmp_path: Path):
     result = run_cli("diff", str(a), str(b))
     assert result.code == 1
     assert "ledger B" in result.err and "fails integrity" in result.err
+
+
+def _differences(a: Path, b: Path, *args: str) -> tuple[int, set[tuple[str, str]]]:
+    result = run_cli("diff", str(a), str(b), *args, "--json")
+    return result.code, {(d["what"], d["field"]) for d in json.loads(result.out)["differences"]}
+
+
+def test_how_the_legs_ended_and_the_order_of_calls_are_compared(tmp_path: Path):
+    read = {"kind": "call", "agent": "a", "tool": "read", "call_id": "c1", "arguments": "{}"}
+    delete = {**read, "tool": "delete", "call_id": "c2"}
+    first = _ingested(tmp_path / "a", [{**read, "run_id": "r1"}, {**delete, "run_id": "r1"},
+                                       {"kind": "run_end", "run_id": "r1",
+                                        "status": "completed"}])
+    second = _ingested(tmp_path / "b", [{**delete, "run_id": "r1"}, {**read, "run_id": "r1"},
+                                        {"kind": "run_end", "run_id": "r1", "status": "failed"}])
+    code, found = _differences(first, second)
+    assert code == 1 and found == {("run", "leg ends"), ("run", "call order")}
+
+
+def test_an_exact_run_id_wins_over_the_runs_it_is_a_prefix_of(tmp_path: Path):
+    ledger = _ingested(tmp_path / "l", [{**CALL, "run_id": "r1"}, {**CALL, "run_id": "r10"}])
+    assert run_cli("diff", str(ledger), str(ledger), "--run-a", "r1",
+                   "--run-b", "r10").code == 0
+
+
+def test_calls_whose_names_read_alike_are_not_merged(tmp_path: Path):
+    """A nested agent 'payer' under tool 'ask', and a top-level agent named 'ask/payer'."""
+    wire = {"kind": "call", "tool": "wire", "arguments": "{}"}
+    a = _ingested(tmp_path / "a", [
+        {"kind": "call", "run_id": "r1", "agent": "top", "tool": "ask", "call_id": "k1",
+         "arguments": "{}"},
+        {**wire, "run_id": "r1", "agent": "payer", "call_id": "n1", "scope": ["ask:k1"]},
+        {**wire, "run_id": "r1", "agent": "ask/payer", "call_id": "n2"}])
+    b = _ingested(tmp_path / "b", [
+        {"kind": "call", "run_id": "r1", "agent": "top", "tool": "ask", "call_id": "k1",
+         "arguments": "{}"},
+        {**wire, "run_id": "r1", "agent": "ask/payer", "call_id": "n2"}])
+    code, found = _differences(a, b)
+    assert code == 1 and any(field == "call" for _, field in found)  # before: SAME

@@ -311,12 +311,12 @@ class Ledger:
                 raise EvidenceError(f"ledger {name} ({book.directory}) fails integrity: "
                                     f"{broken[0].detail} (run verify)")
             run = _pick_run(name, book.directory, {key[0] for key in report.calls}, wanted)
-            legs = run_legs((entry for entry, _ in book._book.entries()), run)
+            legs, ends = run_legs((entry for entry, _ in book._book.entries()), run)
             sides.append((run, run_facts(report.calls.values(), run, legs),
-                          run_rules(report.violations, run), report.violations))
-        (run_a, a, rules_a, all_a), (run_b, b, rules_b, all_b) = sides
+                          run_rules(report.violations, run), report.violations, ends))
+        (run_a, a, rules_a, all_a, ends_a), (run_b, b, rules_b, all_b, ends_b) = sides
         return dataclasses.replace(
-            compare_runs(a, b, rules_a, rules_b), run_a=run_a, run_b=run_b,
+            compare_runs(a, b, rules_a, rules_b, ends_a, ends_b), run_a=run_a, run_b=run_b,
             elsewhere_a=sum(f.run_id not in (run_a, run_b) for f in all_a),
             elsewhere_b=sum(f.run_id not in (run_a, run_b) for f in all_b))
 
@@ -461,7 +461,8 @@ def _pick_run(side: str, directory: Path, runs: set[str], wanted: str | None) ->
     ``wanted`` names (a run id or a unique prefix; None: the only one)."""
     if wanted == "":
         raise UsageError(f"--run-{side.lower()} is empty: give a run id or a prefix of one")
-    found = sorted(r for r in runs if wanted is None or r.startswith(wanted))
+    found = [wanted] if wanted in runs else sorted(
+        r for r in runs if wanted is None or r.startswith(wanted))
     if len(found) == 1:
         return found[0]
     shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")

@@ -18,8 +18,9 @@ before/after record of one scenario on two SDK releases (``evidence-ledger diff`
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,7 @@ class CallFacts:
             or ``state N`` (a leg resumed from the run's N-th run state, counted in the
             order the run made them: siblings of a fork are told apart).
         decided_on: the run state its latest decision was made on (as ``ran_in``), or None.
+        nested: True for a call of an agent run through ``Agent.as_tool``.
     """
 
     arguments: str
@@ -69,6 +71,7 @@ class CallFacts:
     violations: tuple[str, ...]
     ran_in: tuple[str, ...] = ()
     decided_on: str | None = None
+    nested: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,7 +79,7 @@ class CallFacts:
             "sticky": self.sticky, "status": self.status, "executions": self.executions,
             "results": list(self.results), "persisted": self.persisted,
             "violations": list(self.violations), "ran_in": list(self.ran_in),
-            "decided_on": self.decided_on,
+            "decided_on": self.decided_on, "nested": self.nested,
         }
 
 
@@ -157,12 +160,14 @@ Legs = dict[tuple[tuple[str, ...], str], tuple[list[str], str | None]]
 :class:`CallFacts`)."""
 
 
-def run_legs(entries: Iterable[Entry], run_id: str) -> Legs:
+def run_legs(entries: Iterable[Entry], run_id: str) -> tuple[Legs, list[str]]:
     """Where each call of ``run_id`` ran and was decided, from ``entries`` (the log, in
     order): its ``execution`` and ``decision`` entries' run states, numbered by the run's
-    ``run_state`` entries."""
+    ``run_state`` entries; and how each of the run's legs ended (``run_end`` statuses at top
+    level, in order)."""
     states: dict[str, str] = {}
     legs: Legs = {}
+    ends: list[str] = []
 
     def named(state: str | None) -> str:
         if state is None:
@@ -175,6 +180,8 @@ def run_legs(entries: Iterable[Entry], run_id: str) -> Legs:
             continue
         if entry.kind == "run_state":
             named(body["state_id"])
+        elif entry.kind == "run_end" and not body["scope"]:
+            ends.append(body["status"])
         elif entry.kind in ("execution", "decision"):
             ran, decided = legs.get((tuple(body["scope"]), body["call_id"]), ([], None))
             if entry.kind == "execution":
@@ -182,7 +189,7 @@ def run_legs(entries: Iterable[Entry], run_id: str) -> Legs:
             else:
                 decided = named(body["run_state"])
             legs[tuple(body["scope"]), body["call_id"]] = (ran, decided)
-    return legs
+    return legs, ends
 
 
 def _facts(call: CallState, legs: Legs) -> CallFacts:
@@ -193,7 +200,7 @@ def _facts(call: CallState, legs: Legs) -> CallFacts:
         decision=chain.decision, sticky=chain.sticky, status=chain.status,
         executions=len(call.executions), results=tuple(_digest(r) for r in call.results),
         persisted=chain.persisted, violations=chain.violations, ran_in=tuple(ran_in),
-        decided_on=decided_on,
+        decided_on=decided_on, nested=bool(call.key[1]),
     )
 
 
@@ -212,8 +219,11 @@ def run_facts(calls: Iterable[CallState], run_id: str, legs: Legs) -> dict[str, 
     for call in sorted((c for c in calls if c.key[0] == run_id), key=lambda c: c.seq):
         scope = tuple(edge.rsplit(":", 1)[0] for edge in call.key[1])
         seen[scope, call.agent, call.tool] += 1
-        facts[_name((scope, call.agent, call.tool, seen[scope, call.agent, call.tool]))] = (
-            _facts(call, legs))
+        key = (scope, call.agent, call.tool, seen[scope, call.agent, call.tool])
+        name = _name(key)
+        if name in facts:  # names with '/' or '.' in them: spelled out in full
+            name = json.dumps([list(scope), call.agent, call.tool, key[3]])
+        facts[name] = _facts(call, legs)
     return facts
 
 
@@ -224,10 +234,18 @@ def run_rules(findings: Iterable[Finding], run_id: str) -> dict[str, int]:
 
 def compare_runs(
     a: dict[str, CallFacts], b: dict[str, CallFacts], rules_a: dict[str, int],
-    rules_b: dict[str, int],
+    rules_b: dict[str, int], ends_a: Sequence[str] = (), ends_b: Sequence[str] = (),
 ) -> RunDiff:
-    """Compare two runs' facts (:func:`run_facts`) and rule counts (:func:`run_rules`)."""
+    """Compare two runs' facts (:func:`run_facts`), rule counts (:func:`run_rules`) and
+    leg ends (:func:`run_legs`): also the order of their top-level calls, where both made
+    the same ones (a nested agent's calls may interleave with them either way)."""
     differences: list[Difference] = []
+    if list(ends_a) != list(ends_b):
+        differences.append(Difference("run", "leg ends", list(ends_a), list(ends_b)))
+    top_a = [n for n, f in a.items() if not f.nested]
+    top_b = [n for n, f in b.items() if not f.nested]
+    if sorted(top_a) == sorted(top_b) and top_a != top_b:
+        differences.append(Difference("run", "call order", top_a, top_b))
     for name in [*a, *(n for n in b if n not in a)]:
         if name not in a or name not in b:
             differences.append(Difference(name, "call", a.get(name) and "present",
