@@ -446,3 +446,24 @@ def test_session_scans_show_line_breaks_bidi_controls_and_emoji_codes_as_they_ar
     assert not any(line.startswith("FORGED") for line in result.out.splitlines())
     assert not any(c in result.out for c in "\u2028\u202e\U0001f480"), repr(result.out)
     assert "c\\nFORGED\\u2028x" in result.out and "s:skull:\\u202e" in result.out
+
+
+@pytest.mark.parametrize("inside", ["checkpoints/00000002.note", "payloads/zz", "bundle.json"])
+def test_a_bundle_written_inside_the_ledger_directory_is_refused(tmp_path, inside):
+    """Once accepted: a bundle written as checkpoints/00000002.note broke checkpoint, prove
+    and verify."""
+    ledger, key = _keyed(tmp_path)
+    result = run_cli("prove", "--ledger", str(ledger), "--key", str(key), "--all",
+                     "--out", str(ledger / inside))
+    assert result.code == 2 and "inside the ledger directory" in result.err
+    assert not (ledger / inside).exists()
+    assert run_cli("verify", "--ledger", str(ledger)).code == 0
+
+
+@pytest.mark.parametrize("inside", ["checkpoints/exp", "payloads/exp", "exp"])
+def test_an_export_written_inside_the_ledger_directory_is_refused(tmp_path, inside):
+    ledger, _ = _keyed(tmp_path)
+    result = run_cli("export", "--ledger", str(ledger), "--format", "jsonl",
+                     "--out", str(ledger / inside))
+    assert result.code == 2 and "inside the ledger directory" in result.err
+    assert not (ledger / inside).exists()

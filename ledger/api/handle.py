@@ -35,7 +35,7 @@ from evidence_ledger.sessions.plan import RepairPlan, plan_repair
 from evidence_ledger.sessions.record import RepairResult
 from evidence_ledger.sessions.stores import MESSAGES_TABLE, read_store
 from evidence_ledger.storage.checkpoint_store import StoredCheckpoint
-from evidence_ledger.storage.files import read_input
+from evidence_ledger.storage.files import read_input, refuse_inside
 from evidence_ledger.storage.keys import refuse_key_inside
 from evidence_ledger.storage.ledger_dir import Ledger as LedgerDirectory
 from evidence_ledger.storage.log_proofs import prove_consistency_checked, prove_inclusion_checked
@@ -274,8 +274,10 @@ class Ledger:
             The manifest (tree size, root hash, each file's name, rows and SHA-256).
 
         Raises:
-            UsageError: for a bad time, a non-empty ``out``, or an unusable index.
+            UsageError: for a bad time, a non-empty ``out`` or one inside the ledger
+                directory, or an unusable index.
         """
+        refuse_inside(self.directory, out, "the export directory")
         since_ns = None if since is None else time_ns(since)
         until_ns = None if until is None else time_ns(until)
         export = load("evidence_ledger.index.export", "query", "export")
@@ -388,8 +390,8 @@ class Ledger:
         ``key`` and the verifier's verdict.
 
         Raises:
-            UsageError: for no selection or a conflicting one, an existing ``out``, or a
-                key inside the ledger directory.
+            UsageError: for no selection or a conflicting one, an existing ``out`` or one
+                inside the ledger directory, or a key inside the ledger directory.
             EvidenceError: if the log is damaged.
         """
         from evidence_ledger.bundle.build import build_bundle, refuse_existing, write_bundle
@@ -414,6 +416,7 @@ class Ledger:
                 "(call_id, run_id or whole_log)"
             )
         refuse_existing(Path(out))
+        refuse_inside(self.directory, out, "the bundle")
         refuse_key_inside(self.directory, key.path)
         bundle = build_bundle(self._book, key.signer, selection,
                               include_payloads=include_payloads)

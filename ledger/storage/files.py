@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from evidence_ledger.format.errors import UsageError
 
@@ -41,3 +42,18 @@ def open_nonblocking(path: str, flags: int) -> int:
     """An ``opener`` for :func:`open`: ``O_NONBLOCK``, so opening a FIFO with no writer
     returns at once instead of hanging (check ``S_ISREG`` on the result)."""
     return os.open(path, flags | os.O_NONBLOCK)
+
+
+def refuse_inside(ledger_dir: str | os.PathLike[str], path: str | os.PathLike[str],
+                  what: str) -> None:
+    """Refuse ``path`` (``what`` it is, for the message) when it resolves to the ledger
+    directory or a path inside it: nothing but the ledger's own files goes there (a file
+    written into ``checkpoints/``, say, would break every later command).
+
+    Raises:
+        UsageError: if ``path`` is ``ledger_dir`` or inside it.
+    """
+    root, target = Path(ledger_dir).resolve(), Path(path).resolve()
+    if target == root or root in target.parents:
+        raise UsageError(f"refusing {what} {os.fspath(path)}: it is inside the ledger "
+                         f"directory {os.fspath(ledger_dir)}; write it elsewhere")
