@@ -467,3 +467,21 @@ def test_an_export_written_inside_the_ledger_directory_is_refused(tmp_path, insi
                      "--out", str(ledger / inside))
     assert result.code == 2 and "inside the ledger directory" in result.err
     assert not (ledger / inside).exists()
+
+
+def test_files_the_ledger_did_not_write_are_named_by_verify(tmp_path):
+    ledger = tmp_path / "ledger"
+    assert run_cli("demo", "--ledger", str(ledger)).code == 0
+    assert run_cli("query", "--ledger", str(ledger), "SELECT 1").code == 0  # the index
+    assert run_cli("inclusion", "--ledger", str(ledger), "--seq", "0").code == 0  # tree/
+    clean = run_cli("verify", "--ledger", str(ledger))
+    assert clean.code == 0 and "did not write" not in clean.out
+
+    (ledger / "payloads" / "junk.txt").write_text("x")
+    (ledger / "torn").mkdir(exist_ok=True)
+    (ledger / "torn" / "notes.txt").write_text("x")
+    (ledger / "export").mkdir()
+    flagged = run_cli("verify", "--ledger", str(ledger))
+    assert flagged.code == 0
+    assert ("3 file(s) in the ledger directory that the ledger did not write (never read as "
+            "evidence): export, payloads/junk.txt, torn/notes.txt") in flagged.out

@@ -18,6 +18,7 @@ from collections.abc import Set as AbstractSet
 
 from evidence_ledger.format.digests import PayloadStatus
 from evidence_ledger.storage.checkpoint_store import CheckpointStore
+from evidence_ledger.storage.foreign import foreign_files
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.payloads import PayloadStore
 from evidence_ledger.verify import checkpoint_audit
@@ -102,5 +103,11 @@ def verify_ledger(
             f"{stored} stored checkpoint(s) checked against the log but not for signatures "
             "(pass --verifier-key)"
         )
+    foreign = list(foreign_files(ledger.directory))
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        report.notices.append(
+            f"{len(foreign)} file(s) in the ledger directory that the ledger did not write "
+            f"(never read as evidence): {', '.join(foreign[:5])}{more}")
     report.rules = report.rules + checkpoint_audit.RULES
     return report

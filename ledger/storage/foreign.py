@@ -1,0 +1,63 @@
+"""Files in a ledger directory that the ledger did not write.
+
+Everything under a ledger directory is the ledger's own: ``log.bin``, ``writer.lock``,
+``payloads/`` (shard folders of two hex digits holding files named by their SHA-256, and
+the temporary files a crash may leave), ``torn/`` (cut torn tails), ``checkpoints/``
+(checked by the checkpoint audit), ``tree/`` (the tile cache), ``repairs/`` (session
+repair markers) and the default index, ``index.duckdb`` with its companions. Anything else
+was put there by someone else: :func:`foreign_files` names it, so that ``verify`` can say
+so (a file left in ``payloads/`` is never read as evidence, but nobody should take it for
+some).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from evidence_ledger.storage.checkpoint_store import CHECKPOINT_DIR
+from evidence_ledger.storage.log_store import LOCK_NAME, LOG_NAME, TORN_DIR
+from evidence_ledger.storage.payloads import PAYLOAD_DIR
+from evidence_ledger.storage.tree_store import TREE_DIR
+
+__all__ = ["foreign_files"]
+
+_TOP = frozenset({LOG_NAME, LOCK_NAME, PAYLOAD_DIR, TORN_DIR, CHECKPOINT_DIR, TREE_DIR,
+                  "repairs"})  # repairs/: the session doctor's (a later stage) markers
+_INDEX = "index.duckdb"  # and index.duckdb.wal, .lock, .state, .tmp
+_SHARD = re.compile(r"[0-9a-f]{2}")
+_PAYLOAD = re.compile(r"([0-9a-f]{2})[0-9a-f]{62}(\.\d+\.tmp)?")
+_SPOOL = re.compile(r"\.\d+-\d+\.tmp")
+_TORN = re.compile(r"\d{12}-\d+\.bin")
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:  # missing, or not a folder: the checks that read it say so
+        return []
+
+
+def foreign_files(directory: Path) -> Iterator[str]:
+    """Paths (relative to the ledger ``directory``) of the files and folders in it that the
+    ledger did not write, in sorted order: at its top level, in ``payloads/`` and in
+    ``torn/`` (``checkpoints/`` is the checkpoint audit's). Reads folder listings only."""
+    for name in _names(directory):
+        if name not in _TOP and not name.startswith(_INDEX):
+            yield name
+    payloads = directory / PAYLOAD_DIR
+    for shard in _names(payloads):
+        if _SPOOL.fullmatch(shard):
+            continue
+        if not _SHARD.fullmatch(shard) or not (payloads / shard).is_dir():
+            yield f"{PAYLOAD_DIR}/{shard}"
+            continue
+        for name in _names(payloads / shard):
+            found = _PAYLOAD.fullmatch(name)
+            if found is None or found.group(1) != shard:
+                yield f"{PAYLOAD_DIR}/{shard}/{name}"
+    for name in _names(directory / TORN_DIR):
+        if not _TORN.fullmatch(name):
+            yield f"{TORN_DIR}/{name}"
