@@ -485,3 +485,24 @@ def test_files_the_ledger_did_not_write_are_named_by_verify(tmp_path):
     assert flagged.code == 0
     assert ("3 file(s) in the ledger directory that the ledger did not write (never read as "
             "evidence): export, payloads/junk.txt, torn/notes.txt") in flagged.out
+
+
+def _sparse(path, size):
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    return path
+
+
+def test_inputs_past_their_limits_are_refused_before_they_are_read(tmp_path):
+    """Once read whole first (up to 1 GiB: 1-2 GB of memory), then refused."""
+    vkey = run_cli("keygen", "--origin", "example.com/log", "--out", str(tmp_path / "k")).out
+    note = _sparse(tmp_path / "note", (1 << 20) + 1)
+    result = run_cli("verify-checkpoint", str(note), "--verifier-key", vkey.strip())
+    assert result.code == 2 and "larger than the largest signed note" in result.err
+
+    zeros = _sparse(tmp_path / "zeros", 64 << 20)
+    result = run_cli("verify-proof", str(zeros), "--verifier-key", vkey.strip())
+    assert result.code == 1 and "not JSON" in result.err
+
+    result = run_cli("scan-session", str(_sparse(tmp_path / "dump", (16 << 20) + 2)))
+    assert result.code == 2 and "line 1: longer than 16777216 bytes" in result.err

@@ -39,6 +39,7 @@ from evidence_ledger.storage.files import read_input, refuse_inside
 from evidence_ledger.storage.keys import refuse_key_inside
 from evidence_ledger.storage.ledger_dir import Ledger as LedgerDirectory
 from evidence_ledger.storage.log_proofs import prove_consistency_checked, prove_inclusion_checked
+from evidence_ledger.tlog.note import MAX_NOTE_BYTES
 from evidence_ledger.verify.audit import verify_ledger
 from evidence_ledger.verify.compare import (
     RunDiff,
@@ -157,7 +158,8 @@ class Ledger:
             TypeError: for a verifier key that is not a string.
             EvidenceError: if the log cannot be read.
         """
-        trusted = [read_input(path) for path in _paths(trusted_checkpoints)]
+        trusted = [read_input(path, largest=MAX_NOTE_BYTES, what="signed note")
+                   for path in _paths(trusted_checkpoints)]
         keys = verifier_key_strings(verifier_keys)
         report = verify_ledger(self._book, keys, trusted, payloads=payloads)
         report.notices.extend(pending_repair_notices(self._book))

@@ -11,28 +11,34 @@ import os
 from collections.abc import Sequence
 
 from evidence_ledger.api.keys import verifier_keys as _strings
-from evidence_ledger.bundle.verify import VerifiedBundle
+from evidence_ledger.bundle.verify import MAX_BUNDLE_BYTES, VerifiedBundle
 from evidence_ledger.bundle.verify import verify_bundle as _verify_bundle
 from evidence_ledger.sessions.report import ScanReport, scan_store
 from evidence_ledger.sessions.stores import MESSAGES_TABLE
 from evidence_ledger.storage.files import read_input
 from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
 from evidence_ledger.tlog.checkpoint import verify_checkpoint as _verify_checkpoint
-from evidence_ledger.tlog.note import Verifier
+from evidence_ledger.tlog.note import MAX_NOTE_BYTES, Verifier
 
 __all__ = ["scan_sessions", "verify_bundle", "verify_checkpoint"]
+
+_HEAD = 4096
+"""Bytes of a bundle file read first: one that does not start as a JSON object there is
+refused without reading the rest (a file of zeros, say)."""
 
 Evidence = bytes | str | os.PathLike[str]
 """The evidence itself (``bytes``), or the path of the file holding it."""
 
 
-def _bytes(evidence: Evidence) -> bytes:
+def _bytes(evidence: Evidence, largest: int, what: str) -> bytes:
+    """The evidence: as given, or read from its file (refused unread past ``largest``
+    bytes, the largest ``what`` its format allows)."""
     if isinstance(evidence, bytes):
         return evidence
     if isinstance(evidence, str) and ("\n" in evidence or len(evidence) > 4096):
         raise TypeError("a str is the path of the evidence file: pass the evidence itself "
                         "as bytes")
-    return read_input(evidence)
+    return read_input(evidence, largest=largest, what=what)
 
 
 def verify_bundle(bundle: Evidence, verifier_keys: str | Sequence[str]) -> VerifiedBundle:
@@ -54,7 +60,11 @@ def verify_bundle(bundle: Evidence, verifier_keys: str | Sequence[str]) -> Verif
         UsageError: for no key, a malformed or ambiguous key, or an unreadable file.
     """
     verifiers = [Verifier.from_vkey(v) for v in _strings(verifier_keys)]
-    return _verify_bundle(_bytes(bundle), verifiers)
+    if not isinstance(bundle, bytes):  # not JSON from its first bytes: read no more
+        head = read_input(bundle, limit=_HEAD)
+        if head.lstrip()[:1] != b"{":
+            return _verify_bundle(head, verifiers)  # names what is wrong from these alone
+    return _verify_bundle(_bytes(bundle, MAX_BUNDLE_BYTES, "bundle"), verifiers)
 
 
 def verify_checkpoint(
@@ -73,7 +83,7 @@ def verify_checkpoint(
         UsageError: for a malformed key or an unreadable file.
     """
     verifiers = [Verifier.from_vkey(v) for v in _strings(verifier_keys)]
-    return _verify_checkpoint(_bytes(note), verifiers, origin)
+    return _verify_checkpoint(_bytes(note, MAX_NOTE_BYTES, "signed note"), verifiers, origin)
 
 
 def scan_sessions(

@@ -180,19 +180,38 @@ def _read_sqlite(path: Path, session_id: str | None, table: str) -> StoreContent
     return contents
 
 
-def _read_jsonl(path: Path, session_id: str | None) -> StoreContents:
+MAX_DUMP_LINE = 16 << 20
+"""Longest line of a JSON Lines session dump (bytes); longer ones are refused unread."""
+
+
+def _dump_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(number, text)`` of each line of the dump at ``path``, read one at a time (never
+    more than :data:`MAX_DUMP_LINE` bytes of a line held).
+
+    Raises:
+        UsageError: for a line that is too long or not UTF-8, or a file that cannot be read.
+    """
     try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{path}: neither a SQLite store nor a JSON Lines dump (not UTF-8 text at byte "
-            f"{exc.start})"
-        ) from exc
+        with open(path, "rb") as fh:
+            for number, raw in enumerate(iter(lambda: fh.readline(MAX_DUMP_LINE + 1), b""), 1):
+                if len(raw) > MAX_DUMP_LINE:
+                    raise UsageError(f"{path} line {number}: longer than {MAX_DUMP_LINE} "
+                                     "bytes: neither a SQLite store nor a JSON Lines dump")
+                try:
+                    yield number, raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise UsageError(
+                        f"{path}: neither a SQLite store nor a JSON Lines dump (line {number}"
+                        f" is not UTF-8 text at byte {exc.start})"
+                    ) from exc
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _read_jsonl(path: Path, session_id: str | None) -> StoreContents:
     sessions: dict[str, SessionItems] = {}
     first = True
-    for number, line in enumerate(text.split("\n"), start=1):
+    for number, line in _dump_lines(path):
         if not line.strip():
             continue
         record = _decode_row(line)

@@ -12,9 +12,11 @@ MAX_INPUT = 1 << 30
 """Largest input file read whole (bytes)."""
 
 
-def read_input(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
-    """The bytes of the regular input file at ``path``: all of them (at most
-    :data:`MAX_INPUT`), or only its first ``limit`` bytes.
+def read_input(path: str | os.PathLike[str], limit: int | None = None,
+               largest: int = MAX_INPUT, what: str = "input") -> bytes:
+    """The bytes of the regular input file at ``path``: all of them, or only its first
+    ``limit`` bytes. A file over ``largest`` bytes (at most :data:`MAX_INPUT`; ``what`` it
+    is, for the message) is refused before anything of it is read.
 
     Raises:
         UsageError: if it is missing, not a regular file (a directory, FIFO or device,
@@ -27,9 +29,11 @@ def read_input(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
                 raise UsageError(f"{os.fspath(path)} is not a regular file")
             if limit is not None:
                 return fh.read(limit)
-            if info.st_size > MAX_INPUT:
-                raise UsageError(f"{os.fspath(path)} is larger than {MAX_INPUT} bytes")
-            return fh.read()
+            largest = min(largest, MAX_INPUT)
+            if info.st_size > largest:
+                raise UsageError(f"{os.fspath(path)} is {info.st_size} bytes, larger than the "
+                                 f"largest {what} ({largest} bytes)")
+            return fh.read(largest + 1)  # a file that grew meanwhile: its size says so
     except FileNotFoundError as exc:
         raise UsageError(f"{os.fspath(path)} not found") from exc
     except IsADirectoryError as exc:
