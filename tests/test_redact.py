@@ -1,6 +1,7 @@
 """Redaction erases a payload; hashes, root and rules are untouched."""
 
 import json
+import os
 
 from evidence_ledger.storage.ledger_dir import Ledger
 from tests.helpers import ingest, run_cli
@@ -65,3 +66,21 @@ def test_a_payload_recorded_again_after_its_redaction_is_stored_again(tmp_path):
                    "--reason", "r").code == 0
     writer.call(run_id="r", call_id="c2", agent="a", tool="t", arguments='{"secret": 1}')
     assert writer.ledger.payloads.get(digest) == b'{"secret": 1}'
+
+
+def test_redaction_overwrites_the_payloads_bytes_where_they_are_stored(tmp_path):
+    """Once only unlinked: the bytes stayed in the file system's free blocks (and in every
+    other link to the file)."""
+    ledger = tmp_path / "ledger"
+    _ingested(ledger)
+    call = json.loads(run_cli("log", "--ledger", str(ledger), "--kind", "call", "--json").out)[0]
+    digest = call["body"]["args_payload"]
+    stored = Ledger(ledger).payloads.path_for(bytes.fromhex(digest[7:]))
+    secret = stored.read_bytes()
+    other_link = tmp_path / "other-link"
+    os.link(stored, other_link)  # the same blocks, seen through another name
+
+    assert run_cli("redact", "--ledger", str(ledger), "--digest", digest,
+                   "--reason", "erasure").code == 0
+    assert not stored.exists()
+    assert other_link.read_bytes() == bytes(len(secret)) != secret

@@ -408,7 +408,8 @@ def checked_index_path(ledger: Ledger, path: str | os.PathLike[str] | None = Non
     refuses; a file named by ``path`` that is not a DuckDB database (never replaced); a
     path inside the ledger directory other than the default index (the ledger's files and
     directories there are its own: ``torn``, ``tree/``, ``writer.lock``, ``checkpoints/``;
-    ``verify`` flags any other file in its directories).
+    ``verify`` flags any other file in its directories); a path that is not UTF-8 (DuckDB
+    opens paths as UTF-8 text only).
 
     Raises:
         UsageError: naming the path and why.
@@ -416,6 +417,13 @@ def checked_index_path(ledger: Ledger, path: str | os.PathLike[str] | None = Non
     if path is not None and Path(path).name in ("", ".", ".."):
         raise UsageError("--index names no file: give the index file's path")
     target = index_path(ledger, path)
+    try:
+        str(target).encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8: DuckDB cannot open the path
+        raise UsageError(
+            f"the index path {os.fsdecode(target)!r} is not UTF-8 text, which DuckDB cannot "
+            "open; name an index file with a UTF-8 path with --index"
+        ) from None
     refuse_non_regular(target)
     if path is None:
         return target

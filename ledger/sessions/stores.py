@@ -250,8 +250,15 @@ def read_store(
 
     Raises:
         UsageError: if the file is missing, empty, not a SQLite database of the SDK's
-            shape nor a JSON Lines dump, or ``session_id`` names no session in it.
+            shape nor a JSON Lines dump, or ``session_id`` names no session in it (or is
+            not UTF-8 text).
     """
+    if session_id is not None:
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError:  # bytes from the command line that are not UTF-8
+            raise UsageError(f"session id {session_id!r} is not UTF-8 text: no session has "
+                             "it") from None
     source = Path(path)
     kind = _source_format(source)
     if kind == "sqlite":

@@ -25,6 +25,7 @@ import ctypes.util
 import errno
 import hashlib
 import os
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -260,7 +261,10 @@ class PayloadStore:
             raise StorageError(f"cannot sync: {exc}") from exc
 
     def erase(self, digest: bytes) -> bool:
-        """Remove the payload with this 32-byte digest, durably; False if it was absent.
+        """Overwrite the payload with this 32-byte digest with zeros where it is stored,
+        sync that, then remove its file, durably; False if it was absent. (What no software
+        erase reaches: blocks an SSD remaps, copy-on-write and snapshotting file systems,
+        backups and other links to the file.)
 
         Raises:
             StorageError: if the file exists but cannot be removed.
@@ -268,6 +272,7 @@ class PayloadStore:
         path = self._path(digest)
         try:
             path = self._checked(digest)
+            _overwrite(path)
             os.remove(path)
             fsync_path(os.path.dirname(path))
         except FileNotFoundError:
@@ -321,3 +326,25 @@ class PayloadStore:
         except OSError as exc:
             return problem(exc)
         return None
+
+
+def _overwrite(path: str) -> None:
+    """Write zeros over every byte of the regular file at ``path`` in place (never through
+    a symbolic link; anything but a regular file is left as it is), then sync them.
+
+    Raises:
+        OSError: if it cannot be opened, written or synced.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device put there: nothing to erase
+            return
+        size = info.st_size
+        zeros = bytes(min(size, 1 << 20))
+        done = 0
+        while done < size:
+            done += os.pwrite(fd, zeros[: size - done], done)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
