@@ -14,7 +14,7 @@ from evidence_ledger.record import writer as writer_mod
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage import keys
 from evidence_ledger.storage.ledger_dir import Ledger
-from tests.helpers import DATA, ingest, run_cli
+from tests.helpers import DATA, forge_entry, ingest, run_cli
 
 
 def _keyed(tmp_path):
@@ -522,3 +522,14 @@ def test_names_that_are_not_utf8_are_bad_usage_not_internal_errors(tmp_path):
     dump.write_text('{"session_id": "s", "item": {"role": "user", "content": "hi"}}\n')
     result = run_cli("scan-session", str(dump), "--session-id", os.fsdecode(b"s\xff"))
     assert result.code == 2 and "not UTF-8 text" in result.err
+
+
+def test_no_proof_is_made_from_a_log_that_contradicts_its_signed_checkpoint(tmp_path):
+    """Once: inclusion and consistency exited 0 on such a log; only verify caught it."""
+    ledger, key = _keyed(tmp_path)
+    assert run_cli("checkpoint", "--ledger", str(ledger), "--key", str(key)).code == 0
+    forge_entry(ledger, 1, lambda data: data[:-1] + bytes([data[-1] ^ 1]))
+    for args in (["inclusion", "--seq", "0"], ["consistency", "--from", "1"]):
+        result = run_cli(*args, "--ledger", str(ledger))
+        assert result.code == 1, (args, result.out)
+        assert "contradicts its stored checkpoint 1" in result.err

@@ -17,6 +17,7 @@ Every hash is 32 bytes (RFC 9162 §2.1.1); indices and sizes are 0-based entries
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,7 @@ from evidence_ledger.format.framing import (
     scan_stream,
     split_frames,
 )
+from evidence_ledger.storage.checkpoint_store import CheckpointStore
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.tree_store import TiledTree, TreeStore, TreeStoreError
 from evidence_ledger.tlog.merkle import EMPTY_ROOT, LEAF_PREFIX, CompactRange, leaf_hash
@@ -269,6 +271,32 @@ def _log_head(ledger: Ledger, sizes: Iterable[int], leaf_index: int | None = Non
     return _LogHead(tree.size, roots, leaf)
 
 
+def _checked_head(ledger: Ledger, sizes: Iterable[int], leaf_index: int | None = None,
+                  ) -> _LogHead:
+    """:func:`_log_head`, the roots at the sizes of the ledger's stored checkpoints taken in
+    the same pass and compared with what each checkpoint says (its signature is
+    ``verify``'s to check): a proof is never made from a log that contradicts its own
+    signed tree heads.
+
+    Raises:
+        EvidenceError: as :func:`_log_head`, or when the log is shorter than a stored
+            checkpoint or has another root at its size.
+    """
+    stored = []
+    for number, path in CheckpointStore(ledger).files()[0]:
+        with contextlib.suppress(EvidenceError):  # unreadable or malformed: verify's to say
+            stored.append((number, CheckpointStore(ledger).read(number, path).checkpoint))
+    head = _log_head(ledger, (*sizes, *(c.size for _, c in stored)), leaf_index)
+    for number, checkpoint in stored:
+        if checkpoint.size > head.size or head.roots[checkpoint.size] != checkpoint.root:
+            found = (f"the log holds only {head.size} entries" if checkpoint.size > head.size
+                     else "the log gives another root there")
+            raise EvidenceError(
+                f"the log contradicts its stored checkpoint {number} (tree size "
+                f"{checkpoint.size}): {found}; no proof is made from it (run verify)")
+    return head
+
+
 def log_root(ledger: Ledger, size: int) -> bytes:
     """The RFC 9162 root hash (32 bytes) of the first ``size`` entries, recomputed from
     ``log.bin`` (never the ``tree/`` cache): one O(n) hashing pass.
@@ -333,7 +361,7 @@ def prove_inclusion_checked(
     """
     book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
     book.require_exists()
-    head = _log_head(book, () if tree_size is None else (tree_size,), index)
+    head = _checked_head(book, () if tree_size is None else (tree_size,), index)
     size = head.size if tree_size is None else tree_size
     if not 0 <= index < size:
         raise UsageError(f"want 0 <= seq < tree size, got seq {index}, tree size {size}")
@@ -369,7 +397,7 @@ def prove_consistency_checked(
     """
     book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
     book.require_exists()
-    head = _log_head(book, {size1} if size2 is None else {size1, size2})
+    head = _checked_head(book, {size1} if size2 is None else {size1, size2})
     size2 = head.size if size2 is None else size2
     if not 0 < size1 <= size2:
         raise UsageError(f"want 0 < from <= to, got from {size1}, to {size2}")
