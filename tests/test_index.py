@@ -718,7 +718,7 @@ def test_an_entry_time_past_64_bit_ns_is_indexed_with_its_timestamp(tmp_path, la
         assert table(ledger, name).equals(derived[name]), name
     assert run_cli("trace", "c", "--ledger", str(tmp_path)).code == 0
     for bound, kept in (("--since", 1), ("--until", 1)):  # T0 lies before 2026
-        out = tmp_path / f"export{bound}"
+        out = tmp_path.parent / f"{tmp_path.name}-export{bound}"  # outside the ledger
         done = run_cli("export", "--ledger", str(tmp_path), "--format", "jsonl", "--out",
                        str(out), bound, "2026-01-01", "--json")
         assert done.code == 0, done.err
