@@ -11,6 +11,9 @@ gated tool ``wire`` and records it through
                   with the same call_id and arguments; the nested ``wire`` calls share a
                   call_id but not their arguments; approve run A's nested call only; resume
                   B (it must pause again), then A (it must run A's call)
+  foreign_approval  as ``reuse_call_id``, but run B's state is approved (whatever it waits
+                  on) through the recorder and resumed: the recorder records the decision on
+                  what the approver was shown, never refuses it
   nested1..3      the gated tool 1, 2 or 3 ``as_tool`` edges below the top agent; the state
                   goes through ``to_json()`` / JSON text / ``RunState.from_json()``, the
                   nested call is approved and the run resumed (it must run at its scope)
@@ -29,7 +32,8 @@ gated tool ``wire`` and records it through
 
 What ``evidence-ledger verify`` reports, as recorded (``tests/test_lineage_matrix.py``):
 openai-agents 0.23.1, 0.24.0: nothing, on every scenario; 0.22.3: ``reuse_call_id``
-foreign_interruption (run B's state waits on run A's nested call, which B never made);
+foreign_interruption (run B's state waits on run A's nested call, which B never made), and
+``foreign_approval`` that and execution_provenance (approved, B runs A's call);
 0.21.0 and 0.21.1: that, and ``retry_write`` output_not_persisted (the retried leg
 completes without persisting the approved call's output); 0.20.0: both, and ``fork``
 state_isolation (the sibling runs the call approved on A), ``reuse_call_id``
@@ -204,6 +208,15 @@ async def reuse_call_id(recorder: Recorder, streamed: bool) -> None:
     await resume(recorder, agent_a, state_a, streamed)
 
 
+async def foreign_approval(recorder: Recorder, streamed: bool) -> None:
+    agent_a = payer_tree(tag("foreign", streamed), 1, 1)
+    agent_b = payer_tree(tag("foreign", streamed), 1, 2)
+    await run(recorder, agent_a, "pay", streamed)  # run A pauses on its nested call
+    state_b = (await run(recorder, agent_b, "pay", streamed)).to_state()
+    approve_all(recorder, state_b)  # what run B's state waits on, approved through the recorder
+    await resume(recorder, agent_b, state_b, streamed)
+
+
 def nested(depth: int) -> Callable[[Recorder, bool], Any]:
     async def scenario(recorder: Recorder, streamed: bool) -> None:
         agent = payer_tree(tag(f"nested{depth}", streamed), depth, 7)
@@ -295,6 +308,7 @@ async def output_guard(recorder: Recorder, streamed: bool) -> None:
 SCENARIOS: dict[str, Callable[[Recorder, bool], Any]] = {
     "fork": fork,
     "reuse_call_id": reuse_call_id,
+    "foreign_approval": foreign_approval,
     "nested1": nested(1),
     "nested2": nested(2),
     "nested3": nested(3),

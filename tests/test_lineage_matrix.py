@@ -23,7 +23,10 @@ What the releases do, as recorded (streamed and not streamed alike):
 - 0.20.0 through 0.22.3 resume run A's pending nested run for run B's agent-tool call
   that reuses A's call id: B's model is never asked, yet B's state waits on A's nested call
   with A's arguments (``foreign_interruption``; SDK issue #5123). 0.21.0 and later keep it
-  from running in B; 0.23.1 and 0.24.0 give B a nested run of its own.
+  from running in B unless B's state is approved: approved through the recorder
+  (``foreign_approval``: the decision is recorded, bound to no call of B), B runs A's
+  call with A's arguments (``execution_provenance``: B never made it). 0.23.1 and 0.24.0
+  give B a nested run of its own.
 - 0.21.0, 0.21.1, 0.22.3, 0.23.1 and 0.24.0 keep forks apart.
 - Every release ignores all but the first of several handoffs in one response, and
   persists a tool output guardrail's message in place of the tool's result: both are
@@ -48,8 +51,8 @@ pytestmark = pytest.mark.release_matrix
 
 SCRIPT = REPO_ROOT / "examples" / "lineage_scenarios.py"
 SCENARIOS = (
-    "fork", "reuse_call_id", "nested1", "nested2", "nested3", "retry_write", "handoff",
-    "handoff_resumed", "output_guard",
+    "fork", "reuse_call_id", "foreign_approval", "nested1", "nested2", "nested3", "retry_write",
+    "handoff", "handoff_resumed", "output_guard",
 )
 
 EXPECTED: dict[tuple[str, str], set[str]] = {
@@ -58,6 +61,10 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
         "execution_provenance", "state_isolation", "approved_not_executed",
         "foreign_interruption",
     },
+    ("0.20.0", "foreign_approval"): {"foreign_interruption", "execution_provenance"},
+    ("0.21.0", "foreign_approval"): {"foreign_interruption", "execution_provenance"},
+    ("0.21.1", "foreign_approval"): {"foreign_interruption", "execution_provenance"},
+    ("0.22.3", "foreign_approval"): {"foreign_interruption", "execution_provenance"},
     ("0.21.0", "reuse_call_id"): {"foreign_interruption"},
     ("0.21.1", "reuse_call_id"): {"foreign_interruption"},
     ("0.22.3", "reuse_call_id"): {"foreign_interruption"},

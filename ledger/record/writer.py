@@ -243,6 +243,16 @@ class EvidenceWriter:
                 keys = [key for key in keys if self._call_agents[key][1] == digest]
             return [scope for _, scope, _ in keys]
 
+    def made_elsewhere(self, run_id: str, call_id: str, arguments: str) -> bool:
+        """True when a run other than ``run_id`` recorded a call ``call_id`` with the digest
+        of ``arguments``, in any scope (reads every recorded call: for the rare call a run
+        waits on without having made it). Catches up with entries other writers appended
+        (takes the writer lock)."""
+        digest = digests.arguments_digest(arguments).digest
+        with self.atomic():
+            return any(run != run_id and made == call_id and facts[1] == digest
+                       for (run, _, made), facts in self._call_agents.items())
+
     def find_state(
         self, digest: bytes | None, interruptions: Sequence[Interruption],
         calls: Sequence[tuple[str, str]] = (),

@@ -478,11 +478,15 @@ def _call_scope(
     its arguments, then the latest, when the call id is in several scopes: the decision is
     applied already, so nothing may fail here); a call not recorded is recorded now, at
     top level, from ``item`` (``needs_approval`` True if the state was waiting on it, else
-    unknown)."""
+    unknown), unless another run recorded it (call id and arguments): the state waits on a
+    call its run never made (``foreign_interruption``), and the decision is recorded bound
+    to no call of this run."""
     call_id, agent = str(item.call_id), _agent_name(item)
     scopes = writer.call_scopes(info.run_id, call_id, agent, item.arguments)
     if scopes:
         return scopes[-1]
+    if writer.made_elsewhere(info.run_id, call_id, item.arguments or ""):
+        return ()  # another run's call this state waits on: not made here, not recorded so
     writer.call(
         run_id=info.run_id, call_id=call_id, agent=agent or "", tool=approval_tool(item),
         arguments=item.arguments or "", needs_approval=True if pending else None,
