@@ -392,10 +392,10 @@ class Recorder:
         did not see being made (a kind of call it does not record, an item built by hand)
         is recorded first, from ``item``, unless another run made it (the state waits on a
         call its run never made: ``foreign_interruption``): the decision is then recorded
-        bound to no call of this run, never refused. ``always=True`` approves the agent's tool for the
-        rest of the run. Evidence still queued is appended first; then the SDK applies the
-        decision and, if it takes it, the decision is recorded: in one group, durable before
-        this returns. An item without a call id is passed to the SDK and not recorded.
+        bound to no call of this run, never refused. ``always=True`` approves the agent's
+        tool for the rest of the run. Evidence still queued is appended first; then the SDK
+        applies the decision and, if it takes it, the decision is recorded: in one group,
+        durable before this returns. An item without a call id is passed to the SDK and not recorded.
 
         Raises:
             StorageError: if evidence queued before the decision could not be appended
