@@ -395,7 +395,8 @@ class Recorder:
         bound to no call of this run, never refused. ``always=True`` approves the agent's
         tool for the rest of the run. Evidence still queued is appended first; then the SDK
         applies the decision and, if it takes it, the decision is recorded: in one group,
-        durable before this returns. An item without a call id is passed to the SDK and not recorded.
+        durable before this returns. An item without a call id is passed to the SDK and not
+        recorded.
 
         Raises:
             StorageError: if evidence queued before the decision could not be appended
