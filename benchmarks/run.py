@@ -20,6 +20,7 @@ from pathlib import Path
 from benchmarks import (
     bench_append,
     bench_bundle,
+    bench_guard,
     bench_index,
     bench_proofs,
     bench_recording,
@@ -77,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
             "verify": lambda: bench_verify.rows(ledgers),
             "proofs": lambda: bench_proofs.rows({n: p for n, p in ledgers.items() if n >= 100_000}),
             "recording": bench_recording.rows,
+            "guard": bench_guard.rows,
             "index": lambda: bench_index.rows(
                 {n: p for n, p in ledgers.items() if n >= 100_000},
                 {r.size: r.ours for r in rows if r.operation == "verify, no payload re-hash"},

@@ -29,6 +29,9 @@ gated tool ``wire`` and records it through
   output_guard    a tool output guardrail replaces a tool's result, with a session: the
                   execution keeps what the tool returned, the persisted message traces
                   back to the recorded block
+  sticky_reject   one response calls ``wire`` twice; the first call is rejected, the second
+                  approved with ``always=True`` (sticky): resumed, the first must not run
+                  (SDK issue #4429)
 
 What ``evidence-ledger verify`` reports, as recorded (``tests/test_lineage_matrix.py``):
 openai-agents 0.23.1, 0.24.0: nothing, on every scenario; 0.22.3: ``reuse_call_id``
@@ -45,7 +48,10 @@ Each runs not streamed (``<name>``) and streamed (``<name>-streamed``). Works wi
 openai-agents 0.20 - 0.24: ``agents.testing.ScriptedModel`` where the SDK has it, else a
 tiny scripted model of our own (0.20 has no ``agents.testing``).
 
-Run:  python examples/lineage_scenarios.py --out DIR [--only NAME ...]
+With ``--policy FILE`` every scenario is recorded with the guard (docs/ENFORCEMENT.md): a
+faulty release's run then ends with the call the fault would run denied, not run.
+
+Run:  python examples/lineage_scenarios.py --out DIR [--only NAME ...] [--policy FILE]
       (ledgers in DIR/<name>[-streamed]/; prints one JSON line per ledger)
 Then: evidence-ledger verify --ledger DIR/<name>
 """
@@ -305,6 +311,17 @@ async def output_guard(recorder: Recorder, streamed: bool) -> None:
     await run(recorder, agent, "which card?", streamed, session=session)
 
 
+async def sticky_reject(recorder: Recorder, streamed: bool) -> None:
+    agent = Agent(name="payer", tools=[wire], model=scripted_model(
+        [("wire", {"amount": 5}, f"{tag('sticky', streamed)}-a"),
+         ("wire", {"amount": 6}, f"{tag('sticky', streamed)}-b")], "paid", together=True))
+    state = (await run(recorder, agent, "pay twice", streamed)).to_state()
+    first, second = state.get_interruptions()
+    recorder.reject(state, first, approver="alice", reason="not this one")
+    recorder.approve(state, second, approver="alice", reason="this and later", always=True)
+    await resume(recorder, agent, state, streamed)
+
+
 SCENARIOS: dict[str, Callable[[Recorder, bool], Any]] = {
     "fork": fork,
     "reuse_call_id": reuse_call_id,
@@ -316,6 +333,7 @@ SCENARIOS: dict[str, Callable[[Recorder, bool], Any]] = {
     "handoff": handoff,
     "handoff_resumed": handoff_resumed,
     "output_guard": output_guard,
+    "sticky_reject": sticky_reject,
 }
 """Scenario name -> coroutine function ``(recorder, streamed)``."""
 
@@ -323,23 +341,26 @@ NAMES = [f"{name}{suffix}" for name in SCENARIOS for suffix in ("", "-streamed")
 """Every recorded ledger's name: each scenario, not streamed and streamed."""
 
 
-async def record(name: str, ledger_dir: str | os.PathLike[str]) -> None:
-    """Record the scenario ``name`` (one of :data:`NAMES`) into ``ledger_dir``."""
+async def record(name: str, ledger_dir: str | os.PathLike[str],
+                 policy: str | None = None) -> None:
+    """Record the scenario ``name`` (one of :data:`NAMES`) into ``ledger_dir``, with the
+    guard's ``policy`` file if given (docs/ENFORCEMENT.md)."""
     base, streamed = name.removesuffix("-streamed"), name.endswith("-streamed")
-    await SCENARIOS[base](Recorder(ledger_dir), streamed)
+    await SCENARIOS[base](Recorder(ledger_dir, policy=policy), streamed)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for one ledger per scenario")
     parser.add_argument("--only", nargs="*", choices=NAMES, help="these scenarios only")
+    parser.add_argument("--policy", help="record with the guard and this policy file")
     args = parser.parse_args(argv)
     failed = 0
     for name in args.only or NAMES:
         ledger = Path(args.out) / name
         error = None
         try:
-            asyncio.run(record(name, ledger))
+            asyncio.run(record(name, ledger, args.policy))
         except Exception as exc:  # recorded as far as it got; the ledger says what happened
             error = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()

@@ -15,7 +15,11 @@ What ``evidence-ledger verify`` reports on the recorded ledger, by SDK release:
                         function_call_output but not its function_call)
   openai-agents 0.24.0  none
 
-Run:  python examples/orphan_output_on_resume.py --ledger DIR [--session-db FILE]
+With ``--policy FILE`` (a guard policy whose ``session`` mode is ``enforce``, the default)
+the session guard writes the missing ``function_call`` before the output on 0.22.3: the
+session stays valid, and the ledger records the write (``session_repair``).
+
+Run:  python examples/orphan_output_on_resume.py --ledger DIR [--session-db FILE] [--policy FILE]
 Then: evidence-ledger verify --ledger DIR
       evidence-ledger scan-session FILE                  (with --session-db)
       evidence-ledger repair-session FILE --ledger DIR   (a dry run; add --apply --by NAME)
@@ -96,10 +100,13 @@ async def drain(recorder: Recorder, agent: Agent[Any], run_input: Any, session: 
 SESSION_ID = "case-orphan"
 
 
-async def main(ledger_dir: str, session_db: str = ":memory:") -> list[Any]:
+async def main(ledger_dir: str, session_db: str = ":memory:", policy: str | None = None
+               ) -> list[Any]:
     """Record the case into ``ledger_dir``, the session ``SESSION_ID`` kept in the SQLite
-    file ``session_db`` (default: in memory); return the session's items at the end."""
-    recorder = Recorder(ledger_dir)
+    file ``session_db`` (default: in memory), with the guard's ``policy`` file if given (its
+    session guard then writes the missing ``function_call``); return the session's items
+    at the end."""
+    recorder = Recorder(ledger_dir, policy=policy)
     agent = build_agent()
     if session_db != ":memory:":
         Path(session_db).parent.mkdir(parents=True, exist_ok=True)
@@ -121,8 +128,10 @@ if __name__ == "__main__":
     parser.add_argument("--session-db", default=":memory:", metavar="FILE",
                         help="keep the session in this SQLite file (default: in memory), "
                              "for scan-session and repair-session")
+    parser.add_argument("--policy", metavar="FILE",
+                        help="record with the guard and this policy (docs/ENFORCEMENT.md)")
     args = parser.parse_args()
-    for item in asyncio.run(main(args.ledger, args.session_db)):
+    for item in asyncio.run(main(args.ledger, args.session_db, args.policy)):
         print(f"{item.get('type') or item.get('role'):24}{item.get('call_id', '')}")
     print(f"recorded into {args.ledger}; check it: evidence-ledger verify --ledger {args.ledger}")
     if args.session_db != ":memory:":

@@ -4,11 +4,12 @@ The public API is this module's ``__all__``; every other module is internal. The
 laid out along the data path, one subpackage per stage, each importing only from the
 stages before it (``tests/test_layout.py`` holds the order and checks this line)::
 
-    format -> tlog -> storage -> verify -> record -> index -> bundle -> sessions -> api
+    format -> tlog -> storage -> policy -> verify -> record -> index -> bundle -> sessions -> api
 
 ``format`` entries, canonical encoding, framing; ``tlog`` Merkle maths, proofs, signed
-notes (both pure); ``storage`` log.bin, payloads, tiles, checkpoints, keys; ``verify`` the
-rules and the audit; ``record`` the writer and the SDK recorder; ``index`` DuckDB, SQL,
+notes (both pure); ``storage`` log.bin, payloads, tiles, checkpoints, keys; ``policy`` the
+guard's policy file and judgement (pure); ``verify`` the rules and the audit; ``record``
+the writer, the SDK recorder and its guard; ``index`` DuckDB, SQL,
 exports; ``bundle`` proof bundles; ``sessions`` session scan and repair; ``api`` this API.
 
 Names are loaded on first use (PEP 562), so ``import evidence_ledger`` loads no optional
@@ -21,8 +22,10 @@ Verbs::
                                          verify, trace, inclusion_proof, consistency_proof,
                                          update_index, query, export, verify_export,
                                          ingest, redact, checkpoint, prove, repair_sessions,
-                                         diff (two runs side by side)
-    Recorder(directory)                  record OpenAI Agents SDK runs    [agents]
+                                         diff (two runs side by side), revoke, approve
+    Recorder(directory, policy=None)     record OpenAI Agents SDK runs; with a policy,
+                                         guard the tools it names           [agents]
+    read_policy(path)                    a guard policy file, checked
     SigningKey.generate(path, origin)    a checkpoint key; SigningKey.load(path)
     verify_bundle(bundle, verifier_keys)            a proof bundle, offline
     verify_checkpoint(note, verifier_keys)          a signed checkpoint, offline
@@ -52,12 +55,15 @@ _PUBLIC = {
     "verify_checkpoint": "evidence_ledger.api.offline",
     "scan_sessions": "evidence_ledger.api.offline",
     "run_demo": "evidence_ledger.api.demo",
+    "read_policy": "evidence_ledger.record.policy_file",
     # errors
     "LedgerError": "evidence_ledger.format.errors",
     "EvidenceError": "evidence_ledger.format.errors",
     "UsageError": "evidence_ledger.format.errors",
     "StorageError": "evidence_ledger.format.errors",
     "MissingExtraError": "evidence_ledger.api.extras",
+    "PolicyError": "evidence_ledger.policy.model",
+    "GuardDenied": "evidence_ledger.record.integrations.guard",
     # what the verbs return, for annotations
     "Report": "evidence_ledger.verify.records",
     "Finding": "evidence_ledger.verify.findings",
@@ -69,10 +75,11 @@ _PUBLIC = {
     "ScanReport": "evidence_ledger.sessions.report",
     "SessionRepair": "evidence_ledger.api.handle",
     "RunDiff": "evidence_ledger.verify.compare",
+    "Policy": "evidence_ledger.policy.model",
 }
 """Public name -> the module that defines it."""
 
-_EXTRA = {"Recorder": "agents"}
+_EXTRA = {"Recorder": "agents", "GuardDenied": "agents"}
 """Public names whose module needs an optional extra."""
 
 __all__ = [
@@ -80,9 +87,12 @@ __all__ = [
     "CallState",
     "EvidenceError",
     "Finding",
+    "GuardDenied",
     "Ledger",
     "LedgerError",
     "MissingExtraError",
+    "Policy",
+    "PolicyError",
     "Recorder",
     "Report",
     "RunDiff",
@@ -95,6 +105,7 @@ __all__ = [
     "VerifiedBundle",
     "VerifiedCheckpoint",
     "__version__",
+    "read_policy",
     "run_demo",
     "scan_sessions",
     "verify_bundle",
@@ -109,7 +120,10 @@ if TYPE_CHECKING:
     from evidence_ledger.api.offline import scan_sessions, verify_bundle, verify_checkpoint
     from evidence_ledger.bundle.verify import VerifiedBundle
     from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError, UsageError
+    from evidence_ledger.policy.model import Policy, PolicyError
+    from evidence_ledger.record.integrations.guard import GuardDenied
     from evidence_ledger.record.integrations.openai_agents import Recorder
+    from evidence_ledger.record.policy_file import read_policy
     from evidence_ledger.sessions.report import ScanReport
     from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
     from evidence_ledger.verify.chains import CallChain

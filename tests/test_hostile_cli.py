@@ -98,6 +98,8 @@ def _ledger_args(tmp_path, key) -> dict[str, list[str]]:
         "repair-session": [str(tmp_path / "session.jsonl")],
         "prove": ["--all", "--key", str(key), "--out", str(tmp_path / "bundle.json")],
         "demo": [],
+        "revoke": ["--call-id", "c-1", "--by", "b", "--reason", "r"],
+        "approve": ["--call-id", "c-1", "--by", "b", "--key", str(key)],
     }
 
 

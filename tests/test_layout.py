@@ -23,6 +23,7 @@ STAGES = (
     "format",    # pure: exception root, canonical encoding, entries, framing, digests
     "tlog",      # pure: Merkle maths, proofs, signed notes, checkpoints
     "storage",   # the ledger directory on disk: log, payloads, tiles, checkpoints, keys
+    "policy",    # pure: the guard's policy file and its judgement of the evidence
     "verify",    # findings, rules, lineage (pure); the audit that feeds them
     "record",    # producers: writer, ingest, redaction, checkpoint signing, SDK recorder
     "index",     # consumer: DuckDB index, queries, export, trace

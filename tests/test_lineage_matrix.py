@@ -28,6 +28,9 @@ What the releases do, as recorded (streamed and not streamed alike):
   call with A's arguments (``execution_provenance``: B never made it). 0.23.1 and 0.24.0
   give B a nested run of its own.
 - 0.21.0, 0.21.1, 0.22.3, 0.23.1 and 0.24.0 keep forks apart.
+- Every release (0.24.0 too) runs a call rejected explicitly once another call of its tool
+  in the same state is approved with ``always_approve=True``: the sticky approval
+  overrides the rejection (``rejection_respected``; the shape of SDK issue #4429).
 - Every release ignores all but the first of several handoffs in one response, and
   persists a tool output guardrail's message in place of the tool's result: both are
   recorded as blocks, so verify stays clean, and the execution keeps the tool's result.
@@ -52,7 +55,7 @@ pytestmark = pytest.mark.release_matrix
 SCRIPT = REPO_ROOT / "examples" / "lineage_scenarios.py"
 SCENARIOS = (
     "fork", "reuse_call_id", "foreign_approval", "nested1", "nested2", "nested3", "retry_write",
-    "handoff", "handoff_resumed", "output_guard",
+    "handoff", "handoff_resumed", "output_guard", "sticky_reject",
 )
 
 EXPECTED: dict[tuple[str, str], set[str]] = {
@@ -73,17 +76,20 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("0.20.0", "retry_write"): {"output_not_persisted"},
     ("0.21.0", "retry_write"): {"output_not_persisted"},
     ("0.21.1", "retry_write"): {"output_not_persisted"},
+    **{(release, "sticky_reject"): {"rejection_respected"} for release in RELEASES},
 }
 """(release, scenario) -> the rules its ledgers break, streamed and not; absent: none."""
 
 
-def record_all(release: str, out: Path, *only: str) -> dict[str, dict[str, object]]:
-    """Run the scenario script under ``release`` (``only`` these ledgers, if named); its
-    JSON lines by ledger name."""
+def record_all(release: str, out: Path, *only: str, policy: Path | None = None
+               ) -> dict[str, dict[str, object]]:
+    """Run the scenario script under ``release`` (``only`` these ledgers, if named; with the
+    guard and ``policy``, if given); its JSON lines by ledger name."""
     bin_dir = sdk_venv(release)
     done = subprocess.run(
         [str(bin_dir / "python"), str(SCRIPT), "--out", str(out),
-         *(["--only", *only] if only else [])],
+         *(["--only", *only] if only else []),
+         *(["--policy", str(policy)] if policy else [])],
         env=sdk_env(), capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-4000:]
@@ -130,3 +136,42 @@ def test_diff_names_the_execution_a_sibling_fork_ran_on_0_20_0(tmp_path: Path) -
              for d in json.loads(result.out)["differences"]}
     assert found["payer.wire#1", "ran_in"] == (["state 2"], ["state 1"])  # B's leg, not A's
     assert found["violations", "state_isolation"] == (1, 0)
+
+
+FAULTS = ("fork", "reuse_call_id", "foreign_approval", "sticky_reject")
+"""The scenarios of the fault classes the guard must stop: an approval leaking between
+sibling checkpoints (#4409), another run's call run without its run asking, or with the
+foreign approval (#5123), a sticky approval overriding a rejection (#4429)."""
+
+RAN_WRONGLY = {"state_isolation", "execution_provenance", "rejection_respected"}
+"""The rules whose finding is an execution that must not have happened."""
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_guard_stops_each_fault_class_and_observe_only_records_it(
+        tmp_path: Path, release: str) -> None:
+    names = [f"{s}{m}" for s in FAULTS for m in ("", "-streamed")]
+    for mode in ("enforce", "observe"):
+        policy = tmp_path / f"{mode}.toml"
+        policy.write_text(f'version = 1\nmode = "{mode}"\n[[tools]]\nmatch = "wire"\n')
+        recorded = record_all(release, tmp_path / mode, *names, policy=policy)
+        for name, line in sorted(recorded.items()):
+            assert line["error"] is None, (mode, name)
+            expected = EXPECTED.get((release, name.removesuffix("-streamed")), set())
+            ledger = Path(str(line["ledger"]))
+            report = json.loads(run_cli("verify", "--ledger", str(ledger), "--json").out)
+            rules = {v["rule"] for v in report["violations"]}
+            entries = [e for e, _ in Ledger(ledger).entries()]
+            denied = [e for e in entries if e.kind == "denied"]
+            assert not rules & {"guard_verdict", "guard_bypassed"}, (mode, name, rules)
+            if mode == "observe":  # the same run, and what enforcement would have denied
+                assert rules == expected, (name, rules)
+                assert all(e.body["mode"] == "observe" for e in denied)
+                assert bool(denied) >= bool(expected & RAN_WRONGLY), name
+                continue
+            assert not rules & RAN_WRONGLY, (name, rules)  # nothing ran that must not have
+            assert bool(denied) >= bool(expected & RAN_WRONGLY), name
+            for stop in denied:  # and the tool body never ran for a denied call
+                ident = (stop.body["run_id"], stop.body["scope"], stop.body["call_id"])
+                assert not [e for e in entries if e.kind == "execution" and e.seq > stop.seq
+                            and (e.body["run_id"], e.body["scope"], e.body["call_id"]) == ident]

@@ -1,7 +1,7 @@
 """Run-state lineage as the recorder writes it, on the installed SDK (agents.testing).
 
-Each scenario of ``examples/lineage_scenarios.py`` (fork, reuse_call_id, nested1-3,
-retry_write; streamed and not) must verify clean on the current release, and its run
+Each scenario of ``examples/lineage_scenarios.py`` (streamed and not) must verify clean on
+the current release, but for the faults it still has (:data:`SDK_FAULTS`), and its run
 states must form the lineage the scenario made. The same scenarios under every pinned
 release are in ``test_lineage_matrix.py``.
 """
@@ -52,12 +52,36 @@ def bound(found: list[Entry], kind: str) -> list[tuple[Any, ...]]:
              e.body["run_state"]) for e in found if e.kind == kind]
 
 
+SDK_FAULTS = {"sticky_reject": ["rejection_respected"]}
+"""Scenarios whose fault the current release still has: the rules it breaks."""
+
+
 @pytest.mark.parametrize("name", scenarios.NAMES)
 async def test_scenario_verifies_clean_on_the_current_release(tmp_path: Path, name: str) -> None:
     await scenarios.record(name, tmp_path)
     report = verify_ledger(Ledger(tmp_path))
-    assert report.violations == []
+    assert [f.rule for f in report.violations] == SDK_FAULTS.get(
+        name.removesuffix("-streamed"), [])
     assert not [n for n in report.notices if "run state" in n]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_a_sticky_approval_runs_a_rejected_call_unless_the_guard_stops_it(
+        tmp_path: Path, streamed: bool) -> None:
+    """The current release runs the call rejected explicitly once a sibling call of its tool
+    is approved with ``always=True``; the guard denies it (the rejection is in force), and
+    the sibling runs."""
+    name = "sticky_reject" + ("-streamed" if streamed else "")
+    policy = tmp_path / "policy.toml"
+    policy.write_text('version = 1\n[[tools]]\nmatch = "wire"\n')
+    await scenarios.record(name, tmp_path / "guarded", str(policy))
+    found = entries(tmp_path / "guarded")
+    first = scenarios.tag("sticky", streamed) + "-a"
+    assert [(e.kind, e.body["call_id"], e.body["code"]) for e in found
+            if e.kind in ("allowed", "denied")] == [
+        ("denied", first, "rejected"), ("allowed", first[:-1] + "b", "approved")]
+    assert [e.body["call_id"] for e in found if e.kind == "execution"] == [first[:-1] + "b"]
+    assert verify_ledger(Ledger(tmp_path / "guarded")).violations == []
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])

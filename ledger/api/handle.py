@@ -25,6 +25,7 @@ from evidence_ledger.format.entries import KINDS, entry_json
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.times import time_ns
 from evidence_ledger.record.checkpointing import create_checkpoint
+from evidence_ledger.record.decisions import approve_call, revoke_call
 from evidence_ledger.record.ingest import IngestResult, ingest_file
 from evidence_ledger.record.redact import Redaction, redact
 from evidence_ledger.record.writer import EvidenceWriter
@@ -360,6 +361,42 @@ class Ledger:
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         return redact(EvidenceWriter(self._book), payload, reason, by)
+
+    def revoke(self, call_id: str, *, by: str, reason: str, run_id: str | None = None) -> int:
+        """Revoke every approval of the recorded call ``call_id`` made so far (a
+        ``revocation`` entry, durable on return); return the entry's seq. A recorder's guard
+        then denies the call's tool, also on a ``RunState`` approved before (see
+        docs/ENFORCEMENT.md).
+
+        Raises:
+            UsageError: if no run recorded ``call_id`` (in ``run_id``), or several did and
+                ``run_id`` is None.
+        """
+        for value, name in ((call_id, "call_id"), (by, "by"), (reason, "reason")):
+            _text(value, name)
+        _text(run_id, "run_id", optional=True)
+        self._book.require_exists()
+        return revoke_call(EvidenceWriter(self._book), call_id, by=by, reason=reason,
+                           run_id=run_id)
+
+    def approve(self, call_id: str, *, by: str, key: SigningKey, reason: str | None = None,
+                run_id: str | None = None) -> int:
+        """Approve the recorded call ``call_id`` as ``by``, signed with ``key`` (the approver's
+        Ed25519 key: an ``approve`` decision and its ``approval_signature``, durable on
+        return); return the decision's seq. The app still applies the approval to its
+        ``RunState``; a guard whose policy names ``key``'s verifier key for ``by`` counts it.
+
+        Raises:
+            UsageError: as :meth:`revoke`.
+        """
+        for value, name in ((call_id, "call_id"), (by, "by")):
+            _text(value, name)
+        _text(reason, "reason", optional=True)
+        _text(run_id, "run_id", optional=True)
+        self._book.require_exists()
+        refuse_key_inside(self.directory, key.path)
+        return approve_call(EvidenceWriter(self._book), call_id, by=by, signer=key.signer,
+                            reason=reason, run_id=run_id)
 
     def checkpoint(self, keys: SigningKey | Sequence[SigningKey]) -> StoredCheckpoint:
         """Sign the current tree head as a C2SP checkpoint (one signature line per key; the

@@ -98,6 +98,7 @@ from evidence_ledger.tlog.proof_verify import verify_inclusion
 from evidence_ledger.verify.findings import (
     CHECKPOINT_RULES,
     FOREIGN_INTERRUPTION,
+    GUARD_RULES,
     INTEGRITY,
     OUTPUT_NOT_PERSISTED,
     PAYLOAD_MISSING,
@@ -156,7 +157,7 @@ COVERED_RULES = tuple(rule for rule in ENGINE_RULES
 """The rules every signed verdict covers: the engine's rules when bundle format 1 was
 defined. A rule added since is re-run only when the verdict lists it, so that a bundle
 signed before it existed still verifies (its verdict then says nothing about it)."""
-LEDGER_RULES = frozenset({*RULES, PAYLOAD_MISSING, *CHECKPOINT_RULES})
+LEDGER_RULES = frozenset({*RULES, PAYLOAD_MISSING, *GUARD_RULES, *CHECKPOINT_RULES})
 """Every rule the ledger's verifier can run (:func:`evidence_ledger.verify.audit.verify_ledger`):
 the
 evidence rules, ``payload_missing`` and the checkpoint audit's."""

@@ -13,6 +13,7 @@ entries this one links to. The entry hash is SHA-256 over the entry bytes.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -55,6 +56,14 @@ def _scope(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(s, str) for s in v)
 
 
+_BASE64_64 = re.compile(r"[A-Za-z0-9+/]{86}==")
+
+
+def _signature(v: Any) -> bool:
+    """A 64-byte Ed25519 signature in standard base64 (88 characters)."""
+    return isinstance(v, str) and _BASE64_64.fullmatch(v) is not None
+
+
 def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
@@ -79,6 +88,13 @@ def _interruptions(v: Any) -> bool:
 
 
 _CALL_ID = {"run_id": _str, "scope": _scope, "call_id": _str}
+
+_GUARD: dict[str, Check] = {
+    **_CALL_ID, "agent": _str, "tool": _str, "args_digest": _hash,
+    "mode": _one_of("enforce", "observe"), "code": _str, "reason": _str,
+    "policy_digest": _hash, "run_state": _opt_str, "message_digest": _opt_hash,
+}
+"""The body of the guard's ``allowed`` and ``denied`` entries."""
 
 BODY_FIELDS: dict[str, dict[str, Check]] = {
     "tool_policy": {
@@ -128,6 +144,13 @@ BODY_FIELDS: dict[str, dict[str, Check]] = {
         "history_digest": _opt_hash, "by": _str,
     },
     "redaction": {"digest": _hash, "reason": _str, "by": _opt_str},
+    "policy": {"run_id": _str, "policy_digest": _hash},
+    "allowed": _GUARD,
+    "denied": _GUARD,
+    "revocation": {"run_id": _opt_str, "call_id": _str, "by": _str, "reason": _str},
+    "approval_signature": {
+        **_CALL_ID, "decision": _hash, "approver": _str, "vkey": _str, "signature": _signature,
+    },
 }
 """Every kind's body fields and their checks (the JSON Schemas in ``schemas/entry-bodies/``
 describe the same fields; a test keeps the two in step)."""
@@ -142,7 +165,7 @@ or on a run state it did not give the recorder (``verify`` names each in a notic
 
 PAYLOAD_FIELDS = (
     "args_payload", "result_digest", "message_digest", "item_digest", "output_digest",
-    "history_digest",
+    "history_digest", "policy_digest",
 )
 """Body fields that name a payload in the payload store by its SHA-256."""
 

@@ -14,7 +14,9 @@ puts hold a per-writer lock, so a block of one thread never joins another's grou
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import json
 import os
 import threading
@@ -26,10 +28,11 @@ from evidence_ledger.format import digests, encoding
 from evidence_ledger.format.entries import ZERO_HASH, Entry, entry_hash
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import MAX_RECORD
+from evidence_ledger.policy.judge import GuardFacts, approval_message
 from evidence_ledger.storage.checkpoint_store import CheckpointStore
 from evidence_ledger.storage.ledger_dir import Ledger, Tail
 from evidence_ledger.tlog.checkpoint import parse_checkpoint
-from evidence_ledger.tlog.note import parse_note
+from evidence_ledger.tlog.note import Signer, parse_note
 
 Scope = tuple[str, ...]
 CallKey = tuple[str, Scope, str]
@@ -165,28 +168,44 @@ class EvidenceWriter:
         self._calls: dict[CallKey, bytes] = {}
         self._call_agents: dict[CallKey, tuple[str, bytes]] = {}
         self._calls_by_id: dict[tuple[str, str], list[bytes]] = {}
+        self._call_payloads: dict[bytes, tuple[str, bytes]] = {}  # call hash -> tool, args
         self._ingested: set[bytes] = set()
         self._decided_ids: set[str] = set()
         self._sticky: set[tuple[str, Scope, str | None, str | None]] = set()
         self._states: dict[bytes | tuple[Any, ...], tuple[str, str]] = {}
         self._latest_state: dict[str, str] = {}  # run_id -> its latest state made
+        self._policies: set[tuple[str, bytes]] = set()  # (run_id, policy digest) recorded
+        # decision hash -> (run_id, scope, call_id, tool, arguments digest) it was shown
+        self._decision_calls: dict[bytes, tuple[str, Scope, str, str, bytes]] = {}
+        self.guard_facts = GuardFacts()
+        """What the guard judges calls by (:mod:`evidence_ledger.policy.judge`), as of the
+        log this writer knows."""
 
     # -- indexes -------------------------------------------------------------------
 
     def _visit(self, entry: Entry, hash_: bytes) -> None:
         body = entry.body
+        self.guard_facts.feed(entry, hash_)
         if entry.kind == "call":
             key = (body["run_id"], tuple(body["scope"]), body["call_id"])
             self._calls[key] = hash_
             self._call_agents[key] = (body["agent"], body["args_digest"])
             self._calls_by_id.setdefault((body["run_id"], body["call_id"]), []).append(hash_)
+            self._call_payloads[hash_] = (body["tool"], body["args_payload"])
         elif entry.kind == "decision":
             self._decided_ids.add(body["call_id"])
+            key = (body["run_id"], tuple(body["scope"]), body["call_id"])
+            _, tool, args = self.guard_facts.calls.get(key, (None, body["tool"], None))
+            tool, args = body["tool"] or tool, body["args_digest"] or args
+            if tool is not None and args is not None:
+                self._decision_calls[hash_] = (*key, tool, args)
             if body["always"]:
                 self._sticky.add((body["run_id"], tuple(body["scope"]), body["agent"],
                                   body["tool"]))
         elif entry.kind == "ingest":
             self._ingested.add(body["file_sha256"])
+        elif entry.kind == "policy":
+            self._policies.add((body["run_id"], body["policy_digest"]))
         elif entry.kind == "run_state" and body["event"] in _MADE:
             found = (body["run_id"], body["state_id"])
             self._latest_state[body["run_id"]] = body["state_id"]
@@ -242,6 +261,33 @@ class EvidenceWriter:
                 digest = digests.arguments_digest(arguments).digest
                 keys = [key for key in keys if self._call_agents[key][1] == digest]
             return [scope for _, scope, _ in keys]
+
+    def recorded_call_item(self, run_id: str, call_id: str) -> dict[str, str] | None:
+        """The ``function_call`` item of the latest call ``call_id`` of ``run_id`` (any scope),
+        rebuilt from the ledger: its tool as recorded and its exact raw arguments from the
+        payload store (``arguments``, ``call_id``, ``name``, ``type``); None when no such
+        call is recorded or its arguments payload is gone or not UTF-8. Catches up with
+        entries other writers appended (takes the writer lock)."""
+        with self.atomic():
+            found = self._calls_by_id.get((run_id, call_id))
+            if not found:
+                return None
+            tool, payload = self._call_payloads[found[-1]]
+        data = self.ledger.payloads.get(payload)
+        if data is None:
+            return None
+        try:
+            arguments = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return {"arguments": arguments, "call_id": call_id, "name": tool,
+                "type": "function_call"}
+
+    def runs_with_call(self, call_id: str) -> list[str]:
+        """The runs that recorded a call ``call_id`` (any scope), in the order of their first
+        such call. Catches up with entries other writers appended (takes the writer lock)."""
+        with self.atomic():
+            return list(dict.fromkeys(run for run, made in self._calls_by_id if made == call_id))
 
     def made_elsewhere(self, run_id: str, call_id: str, arguments: str) -> bool:
         """True when a run other than ``run_id`` recorded a call ``call_id`` with the digest
@@ -645,6 +691,88 @@ class EvidenceWriter:
             "digest": digest, "interruptions": pending,
         }
         return self.append("run_state", body, [], time_ns)
+
+    def policy(self, *, run_id: str, text: bytes, time_ns: int | None = None) -> bytes | None:
+        """Record that run ``run_id`` is guarded by the policy file ``text`` (its bytes, stored
+        as a payload named by their SHA-256), once per run and policy: None when it is
+        already recorded."""
+        with self.atomic():
+            digest = hashlib.sha256(text).digest()
+            if (run_id, digest) in self._policies:
+                return None
+            body = {"run_id": run_id, "policy_digest": self.ledger.payloads.put(text)}
+            return self.append("policy", body, [], time_ns)
+
+    def guard(
+        self,
+        *,
+        allowed: bool,
+        run_id: str,
+        call_id: str,
+        scope: Sequence[str],
+        agent: str,
+        tool: str,
+        arguments: str,
+        mode: str,
+        code: str,
+        reason: str,
+        policy_digest: bytes,
+        run_state: str | None,
+        message: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record the guard's verdict on the call ``(run_id, scope, call_id)`` of ``agent``'s
+        ``tool`` with ``arguments`` (raw string; digested): an ``allowed`` or a ``denied``
+        entry, with the ``code`` and ``reason`` of :func:`evidence_ledger.policy.judge.judge`,
+        under the policy ``policy_digest`` (recorded by :meth:`policy`), in ``mode``
+        (``observe``: the tool runs anyway); ``run_state``: the state the leg resumed from;
+        ``message``: the rejection the call gets instead of running (None: it runs, or the
+        run fails). Its ref is the recorded call (none when the run never recorded it)."""
+        body = {
+            "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
+            "tool": tool, "args_digest": digests.arguments_digest(arguments).digest,
+            "mode": mode, "code": code, "reason": reason, "policy_digest": policy_digest,
+            "run_state": run_state,
+            "message_digest": self._put_output(message) if message else None,
+        }
+        return self.append("allowed" if allowed else "denied", body,
+                           self._call_refs(run_id, scope, call_id), time_ns)
+
+    def revocation(
+        self, *, call_id: str, by: str, reason: str, run_id: str | None = None,
+        time_ns: int | None = None,
+    ) -> bytes:
+        """Record that every approval of ``call_id`` recorded so far (in ``run_id``; None:
+        in every run) no longer lets its tool run through the guard."""
+        body = {"run_id": run_id, "call_id": call_id, "by": by, "reason": reason}
+        return self.append("revocation", body, [], time_ns)
+
+    def approval_signature(
+        self, *, decision: bytes, signer: Signer, time_ns: int | None = None,
+    ) -> bytes:
+        """Record ``signer``'s Ed25519 signature (a C2SP signed-note key) over the call the
+        approval ``decision`` (its entry hash) names: its identity, tool, arguments digest
+        and approver (:func:`evidence_ledger.policy.judge.approval_message`).
+
+        Raises:
+            UsageError: if ``decision`` names no recorded decision, or one whose tool and
+                arguments neither it nor its call records.
+        """
+        with self.atomic():
+            made = self.guard_facts.by_hash.get(decision)
+            found = self._decision_calls.get(decision)
+            if made is None or found is None:
+                raise UsageError("the decision to sign names no recorded call")
+            run_id, scope, call_id, tool, args_digest = found
+            message = approval_message(run_id, scope, call_id, tool, args_digest, made.approver)
+            body = {
+                "run_id": run_id, "scope": list(scope), "call_id": call_id,
+                "decision": decision, "approver": made.approver,
+                "vkey": signer.verifier.vkey,
+                "signature": base64.b64encode(signer.sign(message)).decode("ascii"),
+            }
+            return self.append("approval_signature", body,
+                               self._call_refs(run_id, scope, call_id), time_ns)
 
     def redaction(
         self, *, digest: bytes, reason: str, by: str | None = None, time_ns: int | None = None

@@ -85,6 +85,7 @@ def verify_ledger(
         ledger.scan(),
         None if audit is None else audit.check,
         roots_at=checkpoint_audit.checkpoint_sizes(ledger, trusted_checkpoints),
+        read_payload=ledger.payloads.get if payloads is True else None,
     )
     if audit is not None:
         report.notices.extend(audit.notices())

@@ -25,6 +25,18 @@ Reported by :func:`evidence_ledger.verify.audit.verify_ledger` when payloads are
 of :data:`RULES`, which the pure verifier and offline bundles run without a payload store).
 """
 
+GUARD_VERDICT = "guard_verdict"
+"""An ``allowed`` / ``denied`` entry says other than the guard's judgement of the evidence
+before it (:mod:`evidence_ledger.verify.guard_audit`; needs the policy's payload)."""
+
+GUARD_BYPASSED = "guard_bypassed"
+"""A call of a tool a run's policy enforces executed without the guard's ``allowed`` entry
+before it (:mod:`evidence_ledger.verify.guard_audit`; needs the policy's payload)."""
+
+GUARD_RULES = (GUARD_VERDICT, GUARD_BYPASSED)
+"""The guard audit's rules: run by the ledger's verifier with its payloads, not by the
+pure rule engine (a bundle carries no policy file)."""
+
 RULES = (
     INTEGRITY,
     TOOL_LINKAGE,

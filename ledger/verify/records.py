@@ -20,11 +20,13 @@ from evidence_ledger.format.errors import EncodingError, UsageError
 from evidence_ledger.format.framing import Damage, Record, ScanItem, TornTail
 from evidence_ledger.tlog import merkle
 from evidence_ledger.verify.findings import (
+    GUARD_RULES,
     INTEGRITY,
     PAYLOAD_MISSING,
     RULES,
     Finding,
 )
+from evidence_ledger.verify.guard_audit import GuardAudit
 from evidence_ledger.verify.rules import CallState, RuleEngine
 
 REPORT_FORMAT_VERSION = 1
@@ -90,6 +92,7 @@ def verify_records(
     items: Iterable[ScanItem],
     payload_check: Callable[[bytes], PayloadStatus] | None = None,
     roots_at: Iterable[int] = (),
+    read_payload: Callable[[bytes], bytes | None] | None = None,
 ) -> Report:
     """Verify a log given as scan items, in order.
 
@@ -103,6 +106,8 @@ def verify_records(
             seq naming it (lost evidence), and the rule is listed as run.
         roots_at: tree sizes whose root hashes to keep in :attr:`Report.roots` (those of
             stored and trusted checkpoints), taken in the same pass.
+        read_payload: a payload's bytes by digest (None when gone): with it the guard
+            audit's rules (:mod:`evidence_ledger.verify.guard_audit`) run too.
 
     Returns:
         A :class:`Report`; never raises on bad input (damage becomes findings).
@@ -110,6 +115,7 @@ def verify_records(
     report = Report()
     wanted = frozenset(roots_at)
     engine = RuleEngine()
+    guard = GuardAudit(read_payload) if read_payload is not None else None
     tree = merkle.CompactRange()
     integrity: list[Finding] = []
     prev = ZERO_HASH
@@ -171,6 +177,8 @@ def verify_records(
         prev, prev_broken = this_hash, damaged
         if not damaged and entry.seq == seq:  # the rules read only entries where they claim
             engine.feed(entry)
+            if guard is not None:
+                guard.feed(entry, this_hash)
 
     erased = [d for d in missing if d in redacted]
     if erased:
@@ -184,10 +192,15 @@ def verify_records(
     ]
     if payload_check is not None:
         report.rules = (*RULES, PAYLOAD_MISSING)
+    guard_findings: list[Finding] = []
+    if guard is not None:
+        report.rules = (*report.rules, *GUARD_RULES)
+        guard_findings = guard.findings
+        report.notices.extend(guard.notices)
     report.tree_size = tree.size
     report.root_hash = tree.root()
     report.violations = sorted(
-        integrity + lost + engine.findings, key=lambda f: (f.seq is None, f.seq)
+        integrity + lost + engine.findings + guard_findings, key=lambda f: (f.seq is None, f.seq)
     )
     report.notices = report.notices + engine.notices + engine.closing_notices()
     report.calls = engine.calls

@@ -587,6 +587,15 @@ class RuleEngine:
                 f"seq {entry.seq}: guardrail block for unrecorded call {entry.body['call_id']}"
             )
 
+    def _on_denied(self, entry: Entry) -> None:
+        """The guard stopped a call in ``enforce`` mode: its body did not run, and the call's
+        output is the rejection message (a block, as a guardrail's)."""
+        if entry.body["mode"] == "enforce":
+            call = self._find(entry.body)
+            if call is not None:
+                call.blocks = _added(call.blocks, entry.body["message_digest"] or ANY_MESSAGE)
+                self._approved[call.key[0]].pop(call.key, None)  # attempted, and stopped
+
     def _on_session_item(self, entry: Entry) -> None:
         b = entry.body
         if b["run_id"]:

@@ -53,6 +53,7 @@ from evidence_ledger.record.integrations.agent_labels import (
 )
 from evidence_ledger.record.integrations.approval_callbacks import wrap_approval_callbacks
 from evidence_ledger.record.integrations.context_decisions import record_context_approval
+from evidence_ledger.record.integrations.guard import guard_started
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, Leg, current_leg
 from evidence_ledger.record.integrations.native_calls import (
     ProviderRun,
@@ -75,6 +76,7 @@ from evidence_ledger.record.writer import EvidenceWriter, Scope
 __all__ = [
     "IGNORED_HANDOFF", "IGNORED_HANDOFF_MESSAGE", "TOOL_NOT_FOUND", "RecordingRunHooks", "attach",
     "pending_call_owners", "pending_handoffs", "pending_response_calls", "persisted_output",
+    "reachable_agents",
 ]
 
 IGNORED_HANDOFF = "openai-agents:multiple_handoffs"
@@ -426,7 +428,9 @@ def _record_start(context: Any, agent: Agent[Any], tool: Tool) -> None:
     """``on_tool_start``: note the call the SDK is about to run (:attr:`Leg.started`; a
     tool of another kind takes its call from the agent's pending calls,
     :func:`take_started`); if it is gated, record the approval the run context holds for it
-    when the ledger holds none (:mod:`~evidence_ledger.record.integrations.context_decisions`)."""
+    when the ledger holds none (:mod:`~evidence_ledger.record.integrations.context_decisions`);
+    with a policy, a call the guard's guardrail did not judge is judged now
+    (:func:`~evidence_ledger.record.integrations.guard.guard_started`: denied, it raises)."""
     frame = current_leg()
     names: tuple[str, ...]  # the names the SDK may keep a decision on the call under
     if isinstance(tool, FunctionTool):
@@ -443,6 +447,7 @@ def _record_start(context: Any, agent: Agent[Any], tool: Tool) -> None:
         names = (label,)  # a shell, apply_patch, computer or custom tool call
         frame.running.setdefault((frame.scope, agent.name, label), []).append(call_id)
     frame.started[frame.scope, call_id] = (agent_label(agent), label, arguments)
+    guard_started(frame, agent, call_id, label, arguments)
     if frame.gated.get((frame.scope, call_id), getattr(tool, "needs_approval", None) is True):
         record_context_approval(frame, context, names, call_id, agent, raw, label, arguments)
 

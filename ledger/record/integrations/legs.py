@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evidence_ledger.format.errors import UsageError
+from evidence_ledger.policy.judge import Verdict
+from evidence_ledger.policy.model import Policy
 from evidence_ledger.record.integrations.agent_labels import Labels, labelled
 from evidence_ledger.record.integrations.group_commit import Journal, Write
 from evidence_ledger.record.writer import Scope
@@ -77,6 +79,13 @@ class Leg:
     """Per scope: the run context (``RunContextWrapper``) the SDK last passed to a run hook
     there; at top level, before any hook, the one the leg was given (the resumed state's,
     or a wrapper passed as ``context``) (shared like ``handoff_calls``)."""
+
+    policy: Policy | None = field(default=None, compare=False)
+    """The guard's policy (:mod:`~evidence_ledger.record.integrations.guard`); None: no guard."""
+
+    guarded: dict[tuple[Scope, str], Verdict] = field(default_factory=dict, compare=False)
+    """The guard's verdict per ``(scope, call_id)`` judged in this leg (shared like
+    ``handoff_calls``)."""
 
     answers_unknown_tools: bool = False
     """The run's ``RunConfig`` has the SDK answer a call of a tool the agent does not have

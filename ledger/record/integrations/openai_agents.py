@@ -110,8 +110,16 @@ guardrail or approval rejection of a tool called programmatically (``caller`` ty
 the recorded message does not match (``output_provenance``); a call of a tool the agent
 lacks that the SDK answers itself is recorded as a block only for an agent without MCP
 servers (whose tools the recorder cannot list); decisions an app applies on the run context
-(``RunContextWrapper.approve_tool``) or on a state behind the recorder's back are not
-recorded (the verifier then reports the execution, ``approval_binding``).
+(``RunContextWrapper.approve_tool``) or on a state behind the recorder's back are recorded
+only where they show (an approval when the SDK starts the call, a rejection when it persists
+its message), with approver ``run_context``
+(:mod:`~evidence_ledger.record.integrations.context_decisions`).
+
+Guard: ``Recorder(ledger, policy=...)`` holds the tools a policy names to a live, bound
+approval in the ledger, judged right before each body runs
+(:mod:`~evidence_ledger.record.integrations.guard`, docs/ENFORCEMENT.md), and keeps orphan
+outputs out of recorded sessions
+(:mod:`~evidence_ledger.record.integrations.session_guard`).
 """
 
 from __future__ import annotations
@@ -130,6 +138,7 @@ from agents.run import get_default_agent_runner
 from agents.stream_events import StreamEvent
 
 from evidence_ledger.format.errors import UsageError
+from evidence_ledger.policy.model import Policy
 from evidence_ledger.record.integrations.agent_labels import (
     agent_label,
     approval_tool,
@@ -138,12 +147,14 @@ from evidence_ledger.record.integrations.agent_labels import (
     starting_agent,
 )
 from evidence_ledger.record.integrations.group_commit import Journal
+from evidence_ledger.record.integrations.guard import install_guard
 from evidence_ledger.record.integrations.hooks import (
     RecordingRunHooks,
     attach,
     pending_call_owners,
     pending_handoffs,
     pending_response_calls,
+    reachable_agents,
 )
 from evidence_ledger.record.integrations.legs import Leg, entered
 from evidence_ledger.record.integrations.native_calls import pending_native_calls
@@ -158,6 +169,7 @@ from evidence_ledger.record.integrations.run_states import (
     state_entry,
     state_info,
 )
+from evidence_ledger.record.policy_file import read_policy
 from evidence_ledger.record.writer import EvidenceWriter, Scope
 from evidence_ledger.storage.ledger_dir import Ledger
 
@@ -184,9 +196,15 @@ class Recorder:
         durability: ``"group"`` (default): evidence of a leg is appended in groups by a
             flusher thread, and is durable when the leg ends; ``"entry"``: every entry
             is durable before its hook returns (see *Durability* in the module docstring).
+        policy: a guard policy (a TOML file's path, or a parsed
+            :class:`~evidence_ledger.policy.model.Policy`): the tools it names run only on
+            a live, bound approval in the ledger
+            (:mod:`~evidence_ledger.record.integrations.guard`); each run records the
+            policy (a ``policy`` entry) before its first leg's evidence. None: no guard.
 
     Raises:
-        UsageError: if ``durability`` is neither.
+        UsageError: if ``durability`` is neither; ``PolicyError`` (a ``UsageError``) if the
+            policy file cannot be read or is not a valid policy.
     """
 
     def __init__(
@@ -194,9 +212,12 @@ class Recorder:
         ledger: EvidenceWriter | Ledger | str | os.PathLike[str],
         *,
         durability: str = "group",
+        policy: Policy | str | os.PathLike[str] | None = None,
     ) -> None:
         if durability not in DURABILITY:
             raise UsageError(f"durability must be one of {DURABILITY}, not {durability!r}")
+        self.policy = policy if isinstance(policy, Policy) or policy is None else read_policy(
+            policy)
         self.writer = ledger if isinstance(ledger, EvidenceWriter) else EvidenceWriter(ledger)
         self.durability = durability
         self._journal = Journal.of(self.writer)
@@ -318,6 +339,14 @@ class Recorder:
     def _start(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> Leg:
         attach(agent)
         labels = graph_labels(starting_agent(agent, input))
+        policy = self.policy
+        if policy is not None:
+            if getattr(getattr(kwargs.get("run_config"), "tool_execution", None),
+                       "pre_approval_tool_input_guardrails", False):
+                raise UsageError("a guard policy cannot serve a run whose RunConfig runs tool "
+                                 "input guardrails before approval")
+            install_guard([*reachable_agents(agent), *reachable_agents(starting_agent(
+                agent, input))], policy)
         answers = getattr(kwargs.get("run_config"), "tool_not_found_behavior",
                           None) == "return_error_to_model"
         install_runner()
@@ -334,15 +363,24 @@ class Recorder:
                 attach(current)
             with labelled(labels):
                 info = self._adopt(input, since)
-            return Leg(self._journal, since, info.run_id, run_state=info.state_id,
+            self._record_policy(info.run_id, since)
+            return Leg(self._journal, since, info.run_id, run_state=info.state_id, policy=policy,
                        resumed=input, handoff_calls=pending_handoffs(input),
                        native_calls=pending_native_calls(input),
                        response_calls=pending_response_calls(input), labels=labels,
                        call_owners=pending_call_owners(input),
                        contexts={(): getattr(input, "_context", None)},
                        answers_unknown_tools=answers)
-        return Leg(self._journal, since, uuid.uuid4().hex, labels=labels,
+        run_id = uuid.uuid4().hex
+        self._record_policy(run_id, since)
+        return Leg(self._journal, since, run_id, labels=labels, policy=policy,
                    contexts={(): kwargs.get("context")}, answers_unknown_tools=answers)
+
+    def _record_policy(self, run_id: str, since: int | None) -> None:
+        """Queue the ``policy`` entry of ``run_id`` (once per run and policy), if guarded."""
+        if self.policy is not None:
+            self._journal.record(methodcaller("policy", run_id=run_id, text=self.policy.text),
+                                 since)
 
     # -- run states --------------------------------------------------------------------
 
@@ -382,6 +420,7 @@ class Recorder:
         approver: str,
         reason: str | None = None,
         always: bool = False,
+        signer: Any = None,
     ) -> None:
         """Apply an approval of ``item``'s call to ``state``
         (``state.approve(item, always_approve=always)``) and record the ``approve`` decision.
@@ -405,7 +444,7 @@ class Recorder:
             Whatever ``RunState.approve`` raises (nothing is recorded then).
         """
         self._decide(state, item, lambda shown: state.approve(shown, always_approve=always),
-                     "approve", approver, reason, None, always)
+                     "approve", approver, reason, None, always, signer)
 
     def reject(
         self,
@@ -432,10 +471,22 @@ class Recorder:
             shown, always_reject=always, rejection_message=message,
         ), "reject", approver, reason, message, always)
 
+    def revoke(self, call_id: str, *, by: str, reason: str, run_id: str | None = None) -> None:
+        """Revoke every approval of ``call_id`` recorded so far (in ``run_id``; None: in every
+        run): a ``revocation`` entry, durable before this returns. The guard then denies the
+        call's tool, also when a ``RunState`` approved before is resumed, until a new
+        approval is recorded.
+
+        Raises:
+            StorageError: if the entry cannot be appended.
+        """
+        self._journal.commit(methodcaller("revocation", call_id=call_id, by=by, reason=reason,
+                                          run_id=run_id), join=False)
+
     def _decide(
         self, state: RunState[Any, Any], item: ToolApprovalItem,
         apply: Callable[[ToolApprovalItem], object], decision: str, approver: str,
-        reason: str | None, message: str | None, always: bool,
+        reason: str | None, message: str | None, always: bool, signer: Any = None,
     ) -> None:
         """In one group of its own: the SDK applying the decision (nothing is appended if
         that raises), then the state's first meeting if it is new (matched after the
@@ -453,13 +504,16 @@ class Recorder:
                     first(writer)
                 if item.call_id is not None:
                     scope = _call_scope(writer, info, item, _waiting(state, item))
-                    writer.decision(
+                    made = writer.decision(
                         run_id=info.run_id, call_id=str(item.call_id), decision=decision,
                         approver=approver, scope=scope, always=always, reason=reason,
                         message=message, arguments=item.arguments,
                         agent=_agent_name(item) or "", tool=approval_tool(item),
                         run_state=info.state_id,
                     )
+                    if signer is not None:
+                        writer.approval_signature(decision=made,
+                                                  signer=getattr(signer, "signer", signer))
                 state_entry(state, info, "decided")(writer)
 
         self._journal.commit(decided, join=False)

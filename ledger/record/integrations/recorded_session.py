@@ -24,6 +24,7 @@ from evidence_ledger.record.integrations.context_decisions import persisted_deci
 from evidence_ledger.record.integrations.group_commit import Journal
 from evidence_ledger.record.integrations.legs import CURRENT_LEG
 from evidence_ledger.record.integrations.published import persisted_executions
+from evidence_ledger.record.integrations.session_guard import guard_batch
 from evidence_ledger.record.writer import EvidenceWriter
 
 __all__ = ["is_recorded", "recorded_session"]
@@ -125,13 +126,20 @@ async def _call(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
 
 async def _add_items(inner: Any, writer: EvidenceWriter, method: Any, args: Any, kw: Any) -> Any:
     items = list(args[0] if args else kw.get("items", []))
+    guarded: list[Any] = []
+    leg = CURRENT_LEG.get()
+    if leg is not None and leg.policy is not None and leg.journal.writer is writer:
+        batch, guarded = await guard_batch(leg, inner, _session_id(inner), items)
+        if batch is not items:  # the guard wrote a missing function_call: pass the batch on
+            items = batch
+            args, kw = ((batch, *args[1:]), kw) if args else (args, {**kw, "items": batch})
     try:
         result = await _call(method, args, kw)
     except Exception:
         if await _landed(inner, items):  # stored, though the store said it failed
-            _record(inner, writer, "add", items)
+            _record(inner, writer, "add", items, guarded)
         raise
-    _record(inner, writer, "add", items)
+    _record(inner, writer, "add", items, guarded)
     return result
 
 
@@ -182,7 +190,8 @@ def _session_id(inner: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def _record(inner: Any, writer: EvidenceWriter, op: str, items: list[Any]) -> None:
+def _record(inner: Any, writer: EvidenceWriter, op: str, items: list[Any],
+            guarded: list[Callable[[EvidenceWriter], None]] = ()) -> None:  # type: ignore[assignment]
     frame = CURRENT_LEG.get()
     run_id, scope = (frame.run_id, frame.scope) if frame is not None else ("", ())
     leg = frame if frame is not None and frame.journal.writer is writer else None
@@ -196,6 +205,8 @@ def _record(inner: Any, writer: EvidenceWriter, op: str, items: list[Any]) -> No
     ]
 
     def write(writer: EvidenceWriter) -> None:  # one batch: one group
+        for record in guarded:  # what the session guard did to this batch (or saw in it)
+            record(writer)
         for execution in executions:  # outputs of calls whose evidence no hook gave:
             execution(writer)  # published after a callback failed, or rejected on the context
         for item, time_ns in found:

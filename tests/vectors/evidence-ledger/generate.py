@@ -65,6 +65,8 @@ T0 = 1_767_225_600_000_000_000
 
 LEDGER_KEY = Signer(ORIGIN, LEDGER_SEED)
 OTHER_KEY = Signer(ORIGIN, OTHER_SEED)  # same name, another key: another key ID
+APPROVER_KEY = Signer("alice@example.com", hashlib.sha256(
+    b"evidence-ledger test vectors: approver key").digest())
 
 
 def _b64(raw: bytes) -> str:
@@ -124,9 +126,10 @@ SCOPE_2 = ("ask_mailer:call_0",)
 
 
 def _write_ledger(directory: Path) -> Ledger:
-    """One ledger of 17 entries holding every entry kind: run_1 is clean, run_2 executes a
+    """One ledger of 26 entries holding every entry kind: run_1 is clean, run_2 executes a
     call its callable policy gated and nobody approved (an ``approval_binding`` violation a
-    bundle must carry). 17 leaves: the checkpoint's tree is not a perfect one."""
+    bundle must carry), run_3 runs under a guard policy. 26 leaves: the checkpoint's tree is
+    not a perfect one."""
     ledger = Ledger(directory)
     w = EvidenceWriter(ledger, clock=_Clock())
     w.tool_policy(run_id="run_1", agent="assistant", tool="get_weather", needs_approval=True)
@@ -165,7 +168,44 @@ def _write_ledger(directory: Path) -> Ledger:
     w.execution(run_id="run_2", call_id="call_3", arguments=ARGS_3, agent="assistant",
                 tool="get_weather", result={"temp_c": 4})
     w.run_end(run_id="run_2", status="completed")
+    _guarded_run(w)
     return ledger
+
+
+POLICY = b"""version = 1
+[[tools]]
+match = "get_weather"
+approvers = ["alice@example.com"]
+signed = true
+[keys]
+"alice@example.com" = "%s"
+""" % APPROVER_KEY.verifier.vkey.encode()
+"""The guard policy of run_3 (a payload of the vector ledger)."""
+
+
+def _guarded_run(w: EvidenceWriter) -> None:
+    """run_3, under :data:`POLICY`: call_4 approved with a signature, allowed and run, its
+    approval then revoked; call_5 denied, never approved (9 entries: leaves 17 to 25)."""
+    w.policy(run_id="run_3", text=POLICY)
+    w.call(run_id="run_3", call_id="call_4", agent="assistant", tool="get_weather",
+           arguments=ARGS_3, needs_approval=True)
+    made = w.decision(run_id="run_3", call_id="call_4", decision="approve",
+                      approver="alice@example.com", arguments=ARGS_3)
+    w.approval_signature(decision=made, signer=APPROVER_KEY)
+    guarded = {"run_id": "run_3", "scope": (), "agent": "assistant", "tool": "get_weather",
+               "arguments": ARGS_3, "mode": "enforce",
+               "policy_digest": hashlib.sha256(POLICY).digest(), "run_state": None}
+    w.guard(allowed=True, call_id="call_4", code="approved",
+            reason="approved by alice@example.com (seq 19)", **guarded)
+    w.execution(run_id="run_3", call_id="call_4", arguments=ARGS_3, agent="assistant",
+                tool="get_weather", result={"temp_c": 4})
+    w.revocation(call_id="call_4", by="bob@example.com", reason="approved by mistake",
+                 run_id="run_3")
+    w.call(run_id="run_3", call_id="call_5", agent="assistant", tool="get_weather",
+           arguments=ARGS_3, needs_approval=True)
+    w.guard(allowed=False, call_id="call_5", code="no_approval",
+            reason="no approval of call_5 in the ledger", message="Tool execution was not "
+            "approved.", **guarded)
 
 
 # -- entries ------------------------------------------------------------------------------------

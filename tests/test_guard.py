@@ -1,0 +1,378 @@
+"""The guard (docs/ENFORCEMENT.md): a tool its policy names runs only on a live, bound
+approval in the ledger; ``verify`` checks every ``allowed`` / ``denied`` entry against the
+evidence before it and that no enforced tool ran without an ``allowed`` entry.
+
+The cross-process regression case runs ``examples/guarded_approval.py`` in fresh
+processes: park and approve, revoke from the CLI, restore and resume with a new recorder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, RunState, ShellTool, SQLiteSession
+from agents.exceptions import ToolInputGuardrailTripwireTriggered
+
+import evidence_ledger as el
+from evidence_ledger.policy.judge import GuardFacts, judge
+from evidence_ledger.policy.model import parse_policy
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+
+from .helpers import EXAMPLES, load_example, run_cli
+
+pytestmark = pytest.mark.anyio
+
+guarded = load_example("guarded_approval")
+scenarios = load_example("lineage_scenarios")
+
+BASE = """version = 1
+[[tools]]
+match = "refund"
+"""
+
+
+def _entries(ledger: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in el.Ledger(ledger).entries() if kind is None or e["kind"] == kind]
+
+
+def _verify(ledger: Path) -> el.Report:
+    return el.Ledger(ledger).verify()
+
+
+def _script(*args: str, ran: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GUARDED_APPROVAL_RAN": str(ran), "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    return subprocess.run([sys.executable, str(EXAMPLES / "guarded_approval.py"), *args],
+                          capture_output=True, text=True, env=env, check=True, timeout=120)
+
+
+@pytest.mark.parametrize("revoked", [True, False])
+def test_a_revocation_from_another_process_stops_a_state_approved_before(tmp_path, revoked):
+    ledger, ran = tmp_path / "L", tmp_path / "ran.txt"
+    common = ["--ledger", str(ledger), "--state", str(tmp_path / "s.json"),
+              "--policy", str(tmp_path / "p.toml")]
+    _script("park", *common, ran=ran)
+    if revoked:
+        cli = run_cli("revoke", "--ledger", str(ledger), "--call-id", guarded.CALL_ID,
+                      "--by", "bob", "--reason", "wrong amount")
+        assert cli.code == 0, cli.err
+    out = json.loads(_script("resume", *common, ran=ran).stdout)
+    report = _verify(ledger)
+    assert report.ok, report.violations
+    if revoked:
+        assert not ran.exists()  # the tool body was never called
+        assert out["call_output"] == "Tool execution was not approved."
+        (denied,) = _entries(ledger, "denied")
+        assert denied["body"]["code"] == "revoked" and denied["body"]["mode"] == "enforce"
+        assert [e["body"]["by"] for e in _entries(ledger, "revocation")] == ["bob"]
+        assert not _entries(ledger, "execution")
+    else:
+        assert ran.read_text() == "o-1 20\n"
+        assert out["call_output"] == "refunded 20 on o-1"
+        (allowed,) = _entries(ledger, "allowed")
+        assert allowed["body"]["code"] == "approved"
+        assert not _entries(ledger, "denied")
+
+
+def _policy(tmp_path: Path, text: str) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "policy.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+async def _park(recorder: el.Recorder, amount: int = 20, **kwargs: Any
+                ) -> tuple[Agent[Any], RunState[Any, Any]]:
+    agent = guarded.support_agent(amount)
+    result = await recorder.run(agent, "refund o-1", **kwargs)
+    return agent, result.to_state()
+
+
+def _approve(recorder: el.Recorder, state: RunState[Any, Any], approver: str = "alice",
+             **kwargs: Any) -> None:
+    for item in state.get_interruptions():
+        recorder.approve(state, item, approver=approver, **kwargs)
+
+
+async def _outcome(tmp_path: Path, policy: str, approvers: list[str], amount: int = 20,
+                   signer: Any = None, clock: Any = None) -> tuple[str, dict[str, Any]]:
+    """Park, approve as each of ``approvers``, resume: the output the call got and the
+    guard's entry."""
+    ledger = tmp_path / "L"
+    writer = EvidenceWriter(ledger, clock=clock) if clock else EvidenceWriter(ledger)
+    recorder = el.Recorder(writer, policy=_policy(tmp_path, policy))
+    session = SQLiteSession("s")
+    agent, state = await _park(recorder, amount, session=session)
+    for approver in approvers:
+        _approve(recorder, state, approver, signer=signer)
+    await recorder.run(agent, state, session=session)
+    outputs = [i["output"] for i in await session.get_items()
+               if i.get("type") == "function_call_output"]
+    (guard,) = [e for e in _entries(ledger) if e["kind"] in ("allowed", "denied")]
+    report = _verify(ledger)
+    assert report.ok, report.violations
+    return outputs[-1], guard
+
+
+APPROVERS = BASE + 'approvers = ["alice", "@desk"]\n[groups]\ndesk = ["carol"]\n'
+
+
+@pytest.mark.parametrize(("approver", "allowed"), [("alice", True), ("carol", True),
+                                                    ("mallory", False)])
+async def test_only_an_approver_the_policy_names_counts(tmp_path, approver, allowed):
+    output, guard = await _outcome(tmp_path, APPROVERS, [approver])
+    assert (guard["kind"] == "allowed") is allowed
+    assert output == ("refunded 20 on o-1" if allowed else "Tool execution was not approved.")
+    if not allowed:
+        assert guard["body"]["code"] == "approver"
+
+
+async def test_a_second_approver_is_needed_when_the_policy_says_so(tmp_path):
+    policy = BASE + "second_approver = true\n"
+    _, one = await _outcome(tmp_path / "one", policy, ["alice"])
+    _, two = await _outcome(tmp_path / "two", policy, ["alice", "bob"])
+    assert (one["kind"], one["body"]["code"]) == ("denied", "second_approver")
+    assert two["kind"] == "allowed"
+
+
+async def test_an_argument_out_of_bounds_is_denied(tmp_path):
+    policy = BASE + "[tools.arguments.amount]\nmax = 100\n"
+    _, low = await _outcome(tmp_path / "low", policy, ["alice"], amount=100)
+    _, high = await _outcome(tmp_path / "high", policy, ["alice"], amount=999999)
+    assert low["kind"] == "allowed"
+    assert (high["kind"], high["body"]["code"]) == ("denied", "arguments")
+    assert "999999" in high["body"]["reason"]
+
+
+async def test_an_approval_older_than_max_age_is_denied(tmp_path):
+    now = [1_800_000_000_000_000_000]
+
+    def clock() -> int:
+        now[0] += 1_000_000  # 1 ms an entry
+        return now[0]
+
+    policy = BASE + "max_age = 60\n"
+    ledger = tmp_path / "L"
+    recorder = el.Recorder(EvidenceWriter(ledger, clock=clock), policy=_policy(tmp_path, policy))
+    agent, state = await _park(recorder)
+    _approve(recorder, state)
+    now[0] += 61 * 1_000_000_000
+    await recorder.run(agent, state)
+    (denied,) = _entries(ledger, "denied")
+    assert denied["body"]["code"] == "expired"
+    assert _verify(ledger).ok
+
+
+async def test_signed_approvals(tmp_path):
+    alice = el.SigningKey.generate(tmp_path / "alice.key", "alice")
+    other = el.SigningKey.generate(tmp_path / "other.key", "alice")  # same name, another key
+    policy = (BASE + 'approvers = ["alice"]\nsigned = true\n[keys]\n'
+              f'alice = "{alice.verifier_key}"\n')
+    _, unsigned = await _outcome(tmp_path / "a", policy, ["alice"])
+    _, wrong = await _outcome(tmp_path / "b", policy, ["alice"], signer=other)
+    _, signed = await _outcome(tmp_path / "c", policy, ["alice"], signer=alice)
+    assert (unsigned["kind"], unsigned["body"]["code"]) == ("denied", "unsigned")
+    assert (wrong["kind"], wrong["body"]["code"]) == ("denied", "unsigned")
+    assert signed["kind"] == "allowed"
+
+
+async def test_a_signed_approval_from_the_cli_counts(tmp_path):
+    alice = el.SigningKey.generate(tmp_path / "alice.key", "alice")
+    policy = BASE + f'signed = true\n[keys]\nalice = "{alice.verifier_key}"\n'
+    ledger = tmp_path / "L"
+    recorder = el.Recorder(ledger, policy=_policy(tmp_path, policy))
+    agent, state = await _park(recorder)
+    cli = run_cli("approve", "--ledger", str(ledger), "--call-id", guarded.CALL_ID,
+                  "--by", "alice", "--key", str(tmp_path / "alice.key"), "--json")
+    assert cli.code == 0, cli.err
+    for item in state.get_interruptions():  # the app applies it to its state
+        state.approve(item)
+    await recorder.run(agent, state)
+    assert [e["kind"] for e in _entries(ledger) if e["kind"] in ("allowed", "denied")] == [
+        "allowed"]
+    assert _verify(ledger).ok
+
+
+async def test_a_decision_on_the_context_alone_is_not_in_the_ledger(tmp_path):
+    ledger = tmp_path / "L"
+    recorder = el.Recorder(ledger, policy=_policy(tmp_path, BASE))
+    agent, state = await _park(recorder)
+    for item in state.get_interruptions():
+        state.approve(item)  # behind the recorder's back
+    await recorder.run(agent, state)
+    (denied,) = _entries(ledger, "denied")
+    assert denied["body"]["code"] == "no_approval"
+    assert not _entries(ledger, "execution")
+
+
+async def test_observe_records_what_it_would_deny_and_runs_the_tool(tmp_path):
+    ledger = tmp_path / "L"
+    recorder = el.Recorder(ledger, policy=_policy(tmp_path, 'mode = "observe"\n' + BASE))
+    agent, state = await _park(recorder)
+    _approve(recorder, state)
+    recorder.revoke(guarded.CALL_ID, by="bob", reason="test")
+    await recorder.run(agent, state)
+    (denied,) = _entries(ledger, "denied")
+    assert (denied["body"]["mode"], denied["body"]["code"]) == ("observe", "revoked")
+    assert len(_entries(ledger, "execution")) == 1
+    assert _verify(ledger).ok
+
+
+async def test_on_deny_raise_fails_the_run_without_calling_the_tool(tmp_path):
+    ledger = tmp_path / "L"
+    recorder = el.Recorder(ledger, policy=_policy(tmp_path, 'on_deny = "raise"\n' + BASE))
+    agent, state = await _park(recorder)
+    for item in state.get_interruptions():
+        state.approve(item)  # the SDK will run it; the ledger holds no approval
+    with pytest.raises(ToolInputGuardrailTripwireTriggered):
+        await recorder.run(agent, state)
+    assert _entries(ledger, "denied") and not _entries(ledger, "execution")
+    assert _verify(ledger).ok
+
+
+async def test_a_tool_of_another_kind_is_stopped_at_its_start(tmp_path):
+    calls: list[Any] = []
+    shell = ShellTool(executor=lambda request: calls.append(request) or "ok",
+                      needs_approval=True)
+    agent = Agent(name="ops", tools=[shell], model=scripted_shell_model())
+    ledger = tmp_path / "L"
+    recorder = el.Recorder(ledger, policy=_policy(tmp_path, 'version = 1\n[[tools]]\n'
+                                                             'match = "shell"\n'))
+    state = (await recorder.run(agent, "list")).to_state()
+    for item in state.get_interruptions():
+        state.approve(item)  # not through the recorder: no approval in the ledger
+    with pytest.raises(el.GuardDenied, match="no approval"):
+        await recorder.run(agent, state)
+    assert calls == []
+    (denied,) = _entries(ledger, "denied")
+    assert denied["body"]["tool"] == "shell"
+
+
+def scripted_shell_model() -> Any:
+    kinds = load_example("call_kinds")
+    return kinds.steps_model([[kinds.SHELL_CALL], [kinds.message("done")]])
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("version = 1\nfoo = 1\n[[tools]]\nmatch = \"a\"\n", "'foo' was unexpected"),
+    ("version = 1\n[[tools]]\nmatch = \"a\"\nmax_age = \"1h\"\n", "max_age"),
+    ("version = 2\n[[tools]]\nmatch = \"a\"\n", "version"),
+    ("version = 1\n[[tools]]\nmatch = \"a**\"\n", "tool pattern"),
+    ("version = 1\n[[tools]]\nmatch = \"a?\"\n", "match"),
+    ("version = 1\n[[tools]]\nmatch = \"a..b\"\n", "tool pattern"),
+    ("version = 1\n[[tools]]\nmatch = \"[ab]\"\n", "match"),
+    ("version = 1\n[[tools]]\nmatch = \"a\"\napprovers = [\"@nobody\"]\n", "group"),
+    ("version = 1\n[[tools]]\nmatch = \"a\"\n[tools.arguments.x]\npattern = \"(\"\n",
+     "bad pattern"),
+    ("version = 1\n[[tools]]\nmatch = \"a\"\nsigned = true\napprovers = [\"x\"]\n", "no key"),
+    ("version = 1\n[keys]\nx = \"x+00000000+AAAA\"\n[[tools]]\nmatch = \"a\"\n", "keys/x"),
+    ("version = 1\n[[tools]\n", "not a TOML file"),
+    ("\xff", "not a TOML file"),
+])
+def test_a_bad_policy_file_is_refused_with_exit_2_and_one_line(tmp_path, text, fragment):
+    path = tmp_path / "p.toml"
+    path.write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff" else b"\xff")
+    result = run_cli("check-policy", str(path))
+    assert result.code == 2
+    assert result.err.count("\n") == 1 and fragment in result.err, result.err
+    with pytest.raises(el.PolicyError):
+        el.Recorder(tmp_path / "L", policy=path)
+
+
+def test_check_policy_prints_what_it_guards(tmp_path):
+    result = run_cli("check-policy", str(_policy(tmp_path, guarded.POLICY)), "--json")
+    assert result.code == 0
+    (rule,) = json.loads(result.out)["tools"]
+    assert rule == {"match": "refund", "agent": None, "mode": "enforce", "approvers": ["alice"],
+                    "max_age_s": 3600, "second_approver": False, "signed": False,
+                    "arguments": ["amount"]}
+
+
+@pytest.mark.parametrize(("pattern", "name", "matches"), [
+    ("refund", "refund", True), ("refund", "refunds", False), ("pay.*", "pay.wire", True),
+    ("pay.*", "pay.x.wire", False), ("*", "pay.wire", False), ("*.*", "pay.wire", True),
+    ("w*e", "wire", True), ("w*e", "w.e", False),
+])
+def test_a_pattern_matches_within_one_segment(pattern, name, matches):
+    policy = parse_policy(f'version = 1\n[[tools]]\nmatch = "{pattern}"\n'.encode())
+    assert (policy.rule("agent", name) is not None) is matches
+
+
+def test_revoke_refuses_a_call_no_run_recorded(tmp_path):
+    EvidenceWriter(tmp_path / "L").run_end(run_id="r", status="completed")
+    result = run_cli("revoke", "--ledger", str(tmp_path / "L"), "--call-id", "nope", "--by",
+                     "bob", "--reason", "x")
+    assert result.code == 2 and "no recorded call 'nope'" in result.err
+
+
+def _guarded_ledger(tmp_path: Path, allowed: bool, approved: bool, execute: bool) -> Path:
+    ledger = tmp_path / "L"
+    w = EvidenceWriter(Ledger(ledger))
+    text = BASE.encode()
+    w.policy(run_id="r", text=text)
+    w.call(run_id="r", call_id="c", agent="support", tool="refund", arguments="{}",
+           needs_approval=True)
+    if approved:
+        w.decision(run_id="r", call_id="c", decision="approve", approver="alice")
+    w.guard(allowed=allowed, run_id="r", call_id="c", scope=(), agent="support", tool="refund",
+            arguments="{}", mode="enforce", code="approved" if allowed else "no_approval",
+            reason="-", policy_digest=parse_policy(text).digest, run_state=None)
+    if execute:
+        w.execution(run_id="r", call_id="c", arguments="{}", agent="support", tool="refund",
+                    result="ok")
+    return ledger
+
+
+@pytest.mark.parametrize(("allowed", "approved", "execute", "rules"), [
+    (True, True, True, []),
+    (False, False, False, []),
+    (True, False, False, ["guard_verdict"]),  # allowed without an approval
+    (False, True, False, ["guard_verdict"]),  # denied though approved
+    (False, False, True, ["guard_bypassed"]),  # denied, and it ran
+])
+def test_verify_checks_each_verdict_against_the_evidence_before_it(
+        tmp_path, allowed, approved, execute, rules):
+    report = _verify(_guarded_ledger(tmp_path, allowed, approved, execute))
+    assert sorted({f.rule for f in report.violations} - {"approved_not_executed",
+                                                         "approval_binding"}) == rules
+
+
+def test_an_enforced_tool_run_without_the_guard_is_reported(tmp_path):
+    ledger = tmp_path / "L"
+    w = EvidenceWriter(Ledger(ledger))
+    w.policy(run_id="r", text=BASE.encode())
+    w.call(run_id="r", call_id="c", agent="support", tool="refund", arguments="{}")
+    w.execution(run_id="r", call_id="c", arguments="{}", agent="support", tool="refund",
+                result="ok")
+    assert [f.rule for f in _verify(ledger).violations] == ["guard_bypassed"]
+
+
+def test_an_approval_on_a_state_recorded_after_it_does_not_count():
+    facts = GuardFacts()
+    from evidence_ledger.format.entries import Entry
+
+    def feed(seq: int, kind: str, body: dict[str, Any]) -> None:
+        facts.feed(Entry(seq, bytes(32), kind, seq, body), bytes([seq]) * 32)
+
+    feed(0, "call", {"run_id": "r", "scope": [], "call_id": "c", "agent": "a", "tool": "t",
+                     "args_digest": bytes(32)})
+    decision = {"run_id": "r", "scope": [], "call_id": "c", "decision": "approve",
+                "always": False, "approver": "x", "args_digest": None, "agent": None,
+                "tool": None, "run_state": "S"}
+    feed(1, "decision", decision)
+    feed(2, "run_state", {"state_id": "S", "parent": None})
+    policy = parse_policy(b'version = 1\n[[tools]]\nmatch = "t"\n')
+    (rule,) = policy.tools
+    verdict = judge(facts, policy, rule, run_id="r", scope=(), call_id="c", leg="S", now=3,
+                    arguments=None)
+    assert (verdict.allowed, verdict.code) == (False, "lineage")
+    feed(3, "decision", decision)  # made again, now that the state is recorded
+    verdict = judge(facts, policy, rule, run_id="r", scope=(), call_id="c", leg="S", now=4,
+                    arguments=None)
+    assert verdict.allowed
