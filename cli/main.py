@@ -153,6 +153,10 @@ _TRACE_LINES = {
     "session_item": lambda b: f"{b['op']} {b['item_type']} in session {b['session_id']}",
     "guardrail": lambda b: f"blocked by {b['guardrail']}",
     "tool_policy": lambda b: f"needs_approval={b['needs_approval']} ({b['policy']})",
+    "allowed": lambda b: f"guard allowed ({b['mode']}): {b['reason']}",
+    "denied": lambda b: f"guard denied ({b['mode']}, {b['code']}): {b['reason']}",
+    "revocation": lambda b: f"approvals revoked by {b['by']}: {b['reason']}",
+    "approval_signature": lambda b: f"approval signed by {b['approver']} ({b['vkey'][:40]})",
 }
 
 

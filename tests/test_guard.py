@@ -376,3 +376,21 @@ def test_an_approval_on_a_state_recorded_after_it_does_not_count():
     verdict = judge(facts, policy, rule, run_id="r", scope=(), call_id="c", leg="S", now=4,
                     arguments=None)
     assert verdict.allowed
+
+
+def test_the_guard_queries_of_the_docs_name_what_the_guard_did(tmp_path):
+    """``denied_calls`` and ``revoked_approvals`` of docs/QUERIES.md on the cross-process
+    case: the revocation, and the denial it caused."""
+    from .test_index import canned_queries
+
+    ledger, ran = tmp_path / "L", tmp_path / "ran.txt"
+    common = ["--ledger", str(ledger), "--state", str(tmp_path / "s.json"),
+              "--policy", str(tmp_path / "p.toml")]
+    _script("park", *common, ran=ran)
+    el.Ledger(ledger).revoke(guarded.CALL_ID, by="bob", reason="wrong amount")
+    _script("resume", *common, ran=ran)
+    index = str(tmp_path / "index.duckdb")
+    denied = el.Ledger(ledger).query(canned_queries()["denied_calls"], index=index)
+    assert [(r[3], r[5], r[6]) for r in denied.rows] == [(guarded.CALL_ID, "enforce", "revoked")]
+    revoked = el.Ledger(ledger).query(canned_queries()["revoked_approvals"], index=index)
+    assert [(r[1], r[2], r[5]) for r in revoked.rows] == [(guarded.CALL_ID, "bob", 1)]

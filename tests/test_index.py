@@ -184,7 +184,7 @@ def test_docs_hold_every_canned_query():
         "gated_without_approval", "executed_after_rejection", "approvals_not_bound",
         "approved_not_executed", "outputs_without_call", "outputs_without_function_call",
         "decisions_per_approver_per_day", "approved_last_week", "approval_wait",
-        "outputs_persisted_for_run", "violations_per_rule",
+        "outputs_persisted_for_run", "violations_per_rule", "denied_calls", "revoked_approvals",
     }
 
 

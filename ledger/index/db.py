@@ -116,6 +116,13 @@ VIEWS: dict[str, View] = {
         View("guardrails", _cols(
             f"seq:BIGINT entry_hash {_IDENT} agent tool guardrail message_digest "
             "call_seq:BIGINT blocked_at:TIMESTAMP blocked_at_ns:BIGINT"), "blocked_at_ns", "seq"),
+        View("guard_verdicts", _cols(
+            f"seq:BIGINT entry_hash {_IDENT} agent tool verdict mode code reason "
+            "arguments_digest policy_digest run_state message_digest call_seq:BIGINT "
+            "judged_at:TIMESTAMP judged_at_ns:BIGINT"), "judged_at_ns", "seq"),
+        View("revocations", _cols(
+            "seq:BIGINT entry_hash run_id call_id revoked_by reason revoked_at:TIMESTAMP "
+            "revoked_at_ns:BIGINT"), "revoked_at_ns", "seq"),
         View("violations", _cols(
             f"finding_no:BIGINT seq:BIGINT rule {_IDENT} detail call_seq:BIGINT "
             "time:TIMESTAMP time_ns:BIGINT"), "time_ns", "finding_no"),
@@ -173,12 +180,13 @@ _BODY_TYPES: dict[str, pa.DataType] = {
     **dict.fromkeys((
         "run_id", "call_id", "agent", "tool", "args_form", "response_id", "decision",
         "approver", "reason", "error", "session_id", "op", "item_type", "guardrail",
+        "mode", "code", "run_state", "by",
     ), pa.string()),
     "scope": pa.list_(pa.string()),
     **dict.fromkeys(("needs_approval", "always"), pa.bool_()),
     **dict.fromkeys((
         "args_digest", "args_payload", "message_digest", "result_digest", "item_digest",
-        "output_digest",
+        "output_digest", "policy_digest",
     ), pa.binary()),
 }
 """Arrow types of the body fields the views read (as :data:`entries.BODY_FIELDS` checks them)."""
@@ -266,8 +274,21 @@ _VIEW_SQL: dict[str, tuple[str, str]] = {
             {_hex('r.body.message_digest')} AS message_digest, r.call_seq,
             r.time AS blocked_at, r.time_ns AS blocked_at_ns
         FROM raw_guardrail r {_CALL}"""),
+    **{f"guard_verdicts/{kind}": (kind, f"""
+        SELECT {_IDENT_SQL}, r.body.agent, r.body.tool, '{kind}' AS verdict, r.body.mode,
+            r.body.code, r.body.reason, {_hex('r.body.args_digest')} AS arguments_digest,
+            {_hex('r.body.policy_digest')} AS policy_digest, r.body.run_state,
+            {_hex('r.body.message_digest')} AS message_digest, r.call_seq,
+            r.time AS judged_at, r.time_ns AS judged_at_ns
+        FROM raw_{kind} r""") for kind in ("allowed", "denied")},
+    "revocations": ("revocation", f"""
+        SELECT r.seq, {_hex('r.entry_hash')} AS entry_hash, r.body.run_id, r.body.call_id,
+            r.body.by AS revoked_by, r.body.reason, r.time AS revoked_at,
+            r.time_ns AS revoked_at_ns
+        FROM raw_revocation r"""),
 }
-"""View -> (the entry kind its rows come from, the SELECT that makes them). ``c`` is the
+"""View (or ``view/kind``, for a view fed by several kinds) -> (the entry kind its rows
+come from, the SELECT that makes them). ``c`` is the
 row of the call the rules attribute the entry to (``call_seq``): agent and tool fall back
 to it, and ``bound`` / ``arguments_match`` compare with its arguments digest."""
 
@@ -293,18 +314,18 @@ class Chunk:
             con.register(f"raw_{kind}", table)
         try:
             for name in VIEWS:
+                selects = [sql for key, (kind, sql) in _VIEW_SQL.items()
+                           if key.split("/")[0] == name and kind in self.raw]
                 if name == "entries" and self.raw:
                     union = " UNION ALL ".join(_entries_select(kind) for kind in self.raw)
-                    select = (
+                    selects = [
                         f"SELECT seq, {_hex('entry_hash')} AS entry_hash, {_hex('prev')} AS "
                         f"prev, kind, time, time_ns, run_id, scope, call_id, refs FROM ({union})"
-                    )
-                elif name in _VIEW_SQL and _VIEW_SQL[name][0] in self.raw:
-                    select = _VIEW_SQL[name][1]
-                else:
-                    continue
+                    ]
                 columns = ", ".join(VIEWS[name].names)
-                con.execute(f"INSERT INTO {name} SELECT {columns} FROM ({select}) ORDER BY seq")
+                for select in selects:
+                    con.execute(
+                        f"INSERT INTO {name} SELECT {columns} FROM ({select}) ORDER BY seq")
         finally:
             for kind in self.raw:
                 con.unregister(f"raw_{kind}")
