@@ -212,8 +212,9 @@ def second_response() -> list[Any]:
 # -- scenarios ---------------------------------------------------------------------------
 
 
-async def every_kind(ledger: Path) -> None:
-    """Record the ``every_kind`` scenario (see the module docstring) into ``ledger``."""
+async def every_kind(ledger: Path, policy: str | None = None) -> None:
+    """Record the ``every_kind`` scenario (see the module docstring) into ``ledger`` (with
+    the guard's ``policy`` file, if given: docs/ENFORCEMENT.md)."""
     async with MCPServerStdio(params={"command": sys.executable, "args": [str(MCP_SERVER)]},
                               require_approval="always", cache_tools_list=True) as server:
         closer = Agent(name="closer", model=steps_model([[message("done")]]))
@@ -226,7 +227,7 @@ async def every_kind(ledger: Path) -> None:
             CodeInterpreterTool(tool_config={"type": "code_interpreter", "container": "auto"}),
             ImageGenerationTool(tool_config={"type": "image_generation"}), ToolSearchTool(),
         ], model=steps_model([first_response(), second_response()]))
-        recorder, session = Recorder(ledger), SQLiteSession("every_kind")
+        recorder, session = Recorder(ledger, policy=policy), SQLiteSession("every_kind")
         result = await recorder.run(agent, "go", session=session)
         for _ in range(3):  # each leg may pause on approvals it has not asked for yet
             if not result.interruptions:
@@ -237,8 +238,9 @@ async def every_kind(ledger: Path) -> None:
             result = await recorder.run(agent, state, session=session)
 
 
-async def on_context(ledger: Path) -> None:
-    """Record the ``on_context`` scenario (see the module docstring) into ``ledger``."""
+async def on_context(ledger: Path, policy: str | None = None) -> None:
+    """Record the ``on_context`` scenario (see the module docstring) into ``ledger`` (with
+    the guard's ``policy`` file, if given)."""
     calls: list[Any] = [function_call("refund", '{"amount": 5}', "k-function"), SHELL_CALL,
                         PATCH_CALL]
     agent = Agent(name="operator", tools=gated_tools(),
@@ -250,11 +252,11 @@ async def on_context(ledger: Path) -> None:
             context.reject_tool(item, rejection_message="not this patch")
         else:
             context.approve_tool(item)
-    await Recorder(ledger).run(agent, "go", context=context,
-                               session=SQLiteSession("on_context"))
+    await Recorder(ledger, policy=policy).run(agent, "go", context=context,
+                                              session=SQLiteSession("on_context"))
 
 
-SCENARIOS: dict[str, Callable[[Path], Coroutine[Any, Any, None]]] = {
+SCENARIOS: dict[str, Callable[..., Coroutine[Any, Any, None]]] = {
     "every_kind": every_kind, "on_context": on_context,
 }
 

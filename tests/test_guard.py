@@ -394,3 +394,42 @@ def test_the_guard_queries_of_the_docs_name_what_the_guard_did(tmp_path):
     assert [(r[3], r[5], r[6]) for r in denied.rows] == [(guarded.CALL_ID, "enforce", "revoked")]
     revoked = el.Ledger(ledger).query(canned_queries()["revoked_approvals"], index=index)
     assert [(r[1], r[2], r[5]) for r in revoked.rows] == [(guarded.CALL_ID, "bob", 1)]
+
+
+EVERY_GATED = """version = 1
+[[tools]]
+match = "refund"
+[[tools]]
+match = "delete_file"
+[[tools]]
+match = "shell"
+[[tools]]
+match = "apply_patch"
+[[tools]]
+match = "note"
+"""
+"""A policy naming each locally run kind of ``examples/call_kinds.py`` that asks for
+approval: a function tool, an MCP server's tool, shell, apply_patch, a custom tool."""
+
+
+async def test_every_gated_kind_goes_through_the_guard(tmp_path):
+    kinds = load_example("call_kinds")
+    await kinds.every_kind(tmp_path / "L", str(_policy(tmp_path, EVERY_GATED)))
+    verdicts = {e["body"]["call_id"]: (e["kind"], e["body"]["tool"])
+                for e in _entries(tmp_path / "L") if e["kind"] in ("allowed", "denied")}
+    assert verdicts == {call_id: ("allowed", tool) for call_id, tool in kinds.APPROVED.items()
+                        if call_id != "k-hosted-mcp"}  # the provider runs that one
+    report = _verify(tmp_path / "L")
+    assert report.ok, report.violations
+
+
+async def test_a_context_approval_of_another_kind_fails_the_run_before_its_body(tmp_path):
+    kinds = load_example("call_kinds")
+    with pytest.raises(el.GuardDenied, match="shell call k-shell: no approval"):
+        await kinds.on_context(tmp_path / "L", str(_policy(tmp_path, EVERY_GATED)))
+    found = _entries(tmp_path / "L")
+    assert {(e["kind"], e["body"]["call_id"]) for e in found  # the SDK runs them together
+            if e["kind"] in ("allowed", "denied", "execution")} == {
+        ("denied", "k-function"), ("denied", "k-shell")}
+    report = _verify(tmp_path / "L")
+    assert report.ok, report.violations

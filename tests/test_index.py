@@ -8,6 +8,7 @@ findings (``Report.violations``) or against the entries themselves.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import io
 import json
 import os
@@ -64,7 +65,7 @@ def build_audit_ledger(directory: Path) -> Ledger:
     approved by someone shown other arguments, then run; c8 approved, never run; an
     output for a call never recorded (``ghost``); c10's output persisted without its
     function_call; c11 run after a rejection; n1 nested. Run ``r2``: one approval a day
-    ago.
+    ago. Run ``r3`` (2025-03-05): the guard's entries (:func:`guarded_run`).
     """
     ledger = Ledger(directory)
     w = EvidenceWriter(ledger)
@@ -135,7 +136,38 @@ def build_audit_ledger(directory: Path) -> Ledger:
     decide("c20", "approve", "erin@example.com", run="r2", time_ns=now - DAY)
     run("c20", '{"amount": 8}', "receipt-8", run="r2", time_ns=now - DAY + HOUR)
     w.run_end(run_id="r2", status="completed", time_ns=now - DAY + 2 * HOUR)
+    guarded_run(w, T0 + 2 * DAY)
     return ledger
+
+
+GUARD_POLICY = b'version = 1\n[[tools]]\nmatch = "charge"\n'
+
+
+def guarded_run(w: EvidenceWriter, start: int) -> None:
+    """Run ``r3``, under :data:`GUARD_POLICY`, from ``start`` (ns) on, one entry a minute:
+    g1 approved, allowed by the guard and run, its approval then revoked; g2 denied, never
+    approved (honest guard entries: no violation)."""
+    clock = iter(range(start, start + HOUR, HOUR // 60))
+    guard = {"run_id": "r3", "scope": (), "agent": "billing", "tool": "charge",
+             "mode": "enforce", "policy_digest": hashlib.sha256(GUARD_POLICY).digest(),
+             "run_state": None}
+    w.policy(run_id="r3", text=GUARD_POLICY, time_ns=next(clock))
+    w.call(run_id="r3", call_id="g1", agent="billing", tool="charge", arguments="{}",
+           needs_approval=True, time_ns=next(clock))
+    w.decision(run_id="r3", call_id="g1", decision="approve", approver="alice@example.com",
+               time_ns=next(clock))
+    w.guard(allowed=True, call_id="g1", arguments="{}", code="approved", reason="approved",
+            time_ns=next(clock), **guard)
+    w.execution(run_id="r3", call_id="g1", arguments="{}", result="receipt", agent="billing",
+                tool="charge", time_ns=next(clock))
+    w.revocation(call_id="g1", by="bob@example.com", reason="too late", run_id="r3",
+                 time_ns=next(clock))
+    w.call(run_id="r3", call_id="g2", agent="billing", tool="charge", arguments="{}",
+           needs_approval=True, time_ns=next(clock))
+    w.guard(allowed=False, call_id="g2", arguments="{}", code="no_approval",
+            reason="no approval", message="Tool execution was not approved.",
+            time_ns=next(clock), **guard)
+    w.run_end(run_id="r3", status="completed", time_ns=next(clock))
 
 
 def canned_queries() -> dict[str, str]:
