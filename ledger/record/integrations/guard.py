@@ -16,8 +16,8 @@ Where it stops the body:
   returns the policy's rejection message (the SDK's own text by default) as its output,
   or, with ``on_deny = "raise"``, the SDK raises ``ToolInputGuardrailTripwireTriggered``;
 - every other kind the recorder records (a tool of an MCP server, which the SDK makes for
-  each run, shell, local shell, apply_patch, computer, custom) is judged at ``on_tool_start``, which the SDK awaits
-  before it calls the body: denied in ``enforce`` mode, :class:`GuardDenied` is raised
+  each run, shell, local shell, apply_patch, computer, custom) is judged at
+  ``on_tool_start``, which the SDK awaits before it calls the body: denied in ``enforce`` mode, :class:`GuardDenied` is raised
   there, so the run fails and the body is never called (the SDK has no rejection path
   after that point).
 
