@@ -17,9 +17,9 @@ Where it stops the body:
   or, with ``on_deny = "raise"``, the SDK raises ``ToolInputGuardrailTripwireTriggered``;
 - every other kind the recorder records (a tool of an MCP server, which the SDK makes for
   each run, shell, local shell, apply_patch, computer, custom) is judged at
-  ``on_tool_start``, which the SDK awaits before it calls the body: denied in ``enforce`` mode, :class:`GuardDenied` is raised
-  there, so the run fails and the body is never called (the SDK has no rejection path
-  after that point).
+  ``on_tool_start``, which the SDK awaits before it calls the body: denied in ``enforce``
+  mode, :class:`GuardDenied` is raised there, so the run fails and the body is never
+  called (the SDK has no rejection path after that point).
 
 In ``observe`` mode (the policy's, or one rule's) the verdict is recorded and the tool
 runs. A run configured with ``pre_approval_tool_input_guardrails`` would have the SDK run
