@@ -63,7 +63,11 @@ def keygen_command(
     ],
     as_json: JsonOpt = False,
 ) -> None:
-    """Create an Ed25519 checkpoint key; print its verifier key (C2SP signed-note)."""
+    """Create an Ed25519 key; print its verifier key (C2SP signed-note).
+
+    A ledger's checkpoint key (its name is the origin), or an approver's key for signed
+    approvals (its name is the approver's, as the policy's `[keys]` names it).
+    """
     vkey = el.SigningKey.generate(out, origin).verifier_key
     if as_json:
         output.print_json({"verifier_key": vkey, "key_file": str(out)})

@@ -11,8 +11,9 @@ Run:
     python examples/guarded_approval.py resume --ledger L --state S.json --policy P.toml
 
 ``park`` writes the policy file (:data:`POLICY`) when ``--policy`` does not exist yet.
-``resume`` prints one JSON line: the final output, the output the call got, and whether the
-tool body ran (``--ran FILE``: a file the body appends a line to).
+``resume`` prints one JSON line: the final output, and the output the call got. With the
+environment variable ``GUARDED_APPROVAL_RAN=FILE``, the tool body appends a line to FILE
+each time it runs.
 """
 
 from __future__ import annotations

@@ -363,3 +363,17 @@ def test_a_bundle_signed_before_a_rule_was_added_still_verifies():
     verified = verify_bundle(data, [Verifier.from_vkey(vector["verifier_key"])])
     assert "output_not_persisted" not in verified.to_json()["verdict"]["rules"]
     assert "output_not_persisted" in vector["expected"]["verdict"]["rules"]
+
+
+def test_the_index_and_exports_take_every_entry_kind(tmp_path):
+    """The vector ledger holds every kind: the DuckDB index and an export read each one
+    (an ``approval_signature``'s ``decision_hash`` is bytes, a ``decision``'s ``decision``
+    text: a body field typed by name once broke the index here)."""
+    from evidence_ledger.api.handle import Ledger as Handle
+
+    _generator()._write_ledger(tmp_path / "ledger")
+    handle = Handle(tmp_path / "ledger")
+    kinds = handle.query("SELECT DISTINCT kind FROM entries", index=str(tmp_path / "i.duckdb"))
+    assert {row[0] for row in kinds.rows} == set(KINDS)
+    handle.export(tmp_path / "out", format="jsonl", index=str(tmp_path / "i.duckdb"))
+    assert handle.verify_export(tmp_path / "out").ok

@@ -24,6 +24,7 @@ from evidence_ledger.policy.judge import GuardFacts, judge
 from evidence_ledger.policy.model import parse_policy
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.tlog.note import Signer
 
 from .helpers import EXAMPLES, load_example, run_cli
 
@@ -31,6 +32,8 @@ pytestmark = pytest.mark.anyio
 
 guarded = load_example("guarded_approval")
 scenarios = load_example("lineage_scenarios")
+
+BOB_KEY = Signer("bob", bytes(32)).verifier.vkey
 
 BASE = """version = 1
 [[tools]]
@@ -273,6 +276,15 @@ def scripted_shell_model() -> Any:
     ("version = 1\n[[tools]]\nmatch = \"a\"\nsigned = true\napprovers = [\"x\"]\n", "no key"),
     ("version = 1\n[keys]\nx = \"x+00000000+AAAA\"\n[[tools]]\nmatch = \"a\"\n", "keys/x"),
     ("version = 1\n[[tools]\n", "not a TOML file"),
+    ("version = 1\n[groups]\ng = []\n[[tools]]\nmatch = \"a\"\napprovers = [\"@g\"]\n",
+     "0 approver(s)"),
+    ("version = 1\n[[tools]]\nmatch = \"a\"\napprovers = [\"x\"]\nsecond_approver = true\n",
+     "fewer than it needs"),
+    ("version = 1\n[[tools]]\nmatch = \"a\"\n[tools.arguments.n]\nmin = 10\nmax = 1\n",
+     "min is above max"),
+    ("version = 1\n[[tools]]\nmatch = \"a\"\n[[tools]]\nmatch = \"a\"\n", "never reached"),
+    ("version = 1\n[keys]\nalice = \"%s\"\n[[tools]]\nmatch = \"a\"\n" % BOB_KEY,
+     "named 'bob'"),
     ("\xff", "not a TOML file"),
 ])
 def test_a_bad_policy_file_is_refused_with_exit_2_and_one_line(tmp_path, text, fragment):
@@ -433,3 +445,15 @@ async def test_a_context_approval_of_another_kind_fails_the_run_before_its_body(
         ("denied", "k-function"), ("denied", "k-shell")}
     report = _verify(tmp_path / "L")
     assert report.ok, report.violations
+
+
+def test_an_approver_signs_with_a_key_of_their_own_name(tmp_path):
+    el.SigningKey.generate(tmp_path / "bob.key", "bob")
+    EvidenceWriter(tmp_path / "L").call(run_id="r", call_id="c", agent="a", tool="t",
+                                        arguments="{}")
+    common = ["--ledger", str(tmp_path / "L"), "--call-id", "c"]
+    wrong = run_cli("approve", *common, "--by", "carol", "--key", str(tmp_path / "bob.key"))
+    empty = run_cli("revoke", *common, "--by", " ", "--reason", "r")
+    assert wrong.code == 2 and "the key is 'bob''s, not 'carol''s" in wrong.err
+    assert empty.code == 2 and "by must not be empty" in empty.err
+    assert [e["kind"] for e in _entries(tmp_path / "L")] == ["call"]

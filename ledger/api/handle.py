@@ -374,6 +374,7 @@ class Ledger:
         """
         for value, name in ((call_id, "call_id"), (by, "by"), (reason, "reason")):
             _text(value, name)
+            _named(value, name)
         _text(run_id, "run_id", optional=True)
         self._book.require_exists()
         return revoke_call(EvidenceWriter(self._book), call_id, by=by, reason=reason,
@@ -391,6 +392,7 @@ class Ledger:
         """
         for value, name in ((call_id, "call_id"), (by, "by")):
             _text(value, name)
+            _named(value, name)
         _text(reason, "reason", optional=True)
         _text(run_id, "run_id", optional=True)
         self._book.require_exists()
@@ -552,6 +554,13 @@ def _text(value: Any, name: str, optional: bool = False) -> None:
     """Raise TypeError unless ``value`` is a ``str`` (or None when ``optional``)."""
     if not (isinstance(value, str) or (optional and value is None)):
         raise TypeError(f"{name} is a str, not {type(value).__name__}")
+
+
+def _named(value: str, name: str) -> None:
+    """Raise UsageError if ``value`` is empty or only blanks (a decision names who made it,
+    what and why)."""
+    if not value.strip():
+        raise UsageError(f"{name} must not be empty")
 
 
 def _paths(sources: Source | Sequence[Source]) -> list[Source]:

@@ -149,7 +149,8 @@ BODY_FIELDS: dict[str, dict[str, Check]] = {
     "denied": _GUARD,
     "revocation": {"run_id": _opt_str, "call_id": _str, "by": _str, "reason": _str},
     "approval_signature": {
-        **_CALL_ID, "decision": _hash, "approver": _str, "vkey": _str, "signature": _signature,
+        **_CALL_ID, "decision_hash": _hash, "approver": _str, "vkey": _str,
+        "signature": _signature,
     },
 }
 """Every kind's body fields and their checks (the JSON Schemas in ``schemas/entry-bodies/``

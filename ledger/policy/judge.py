@@ -114,7 +114,7 @@ class GuardFacts:
         elif entry.kind == "revocation":
             self.revoked.setdefault(b["call_id"], []).append((b["run_id"], entry.seq))
         elif entry.kind == "approval_signature":
-            signed = self.by_hash.get(b["decision"])
+            signed = self.by_hash.get(b["decision_hash"])
             if signed is not None:
                 signed.signatures.append((b["vkey"], b["signature"]))
 

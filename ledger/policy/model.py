@@ -189,12 +189,26 @@ def parse_policy(data: bytes, name: str = "policy") -> Policy:
     groups, keys = doc.get("groups", {}), doc.get("keys", {})
     for approver, vkey in keys.items():
         try:
-            Verifier.from_vkey(vkey)
+            named = Verifier.from_vkey(vkey).name
         except KeyFormatError as exc:
             raise PolicyError(f"{name}: keys/{approver}: {exc}") from None
+        if named != approver:
+            raise PolicyError(f"{name}: keys/{approver}: the key is named {named!r}, not "
+                              f"{approver!r}")
+    seen: set[tuple[str, str | None]] = set()
     rules = []
     for spec in doc["tools"]:
+        where = f"{name}: tool {spec['match']!r}"
+        if (spec["match"], spec.get("agent")) in seen:
+            raise PolicyError(f"{where}: named by an earlier rule, so never reached")
+        seen.add((spec["match"], spec.get("agent")))
         approvers = _approvers(spec.get("approvers"), groups, name)
+        if approvers is not None and len(approvers) < (2 if spec.get("second_approver") else 1):
+            raise PolicyError(f"{where}: its approvers name {len(approvers)} approver(s), "
+                              "fewer than it needs")
+        for arg, bounds in spec.get("arguments", {}).items():
+            if bounds.get("min", float("-inf")) > bounds.get("max", float("inf")):
+                raise PolicyError(f"{where}: argument {arg!r}: min is above max")
         signed = spec.get("signed", False)
         unkeyed = sorted((approvers or frozenset()) - keys.keys()) if signed else []
         if unkeyed or (signed and approvers is None and not keys):

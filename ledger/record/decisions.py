@@ -54,9 +54,12 @@ def approve_call(writer: EvidenceWriter, call_id: str, *, by: str, signer: Signe
     to its ``RunState`` (the guard then finds it in the ledger).
 
     Raises:
-        UsageError: as :func:`_the_call`.
+        UsageError: as :func:`_the_call`; or if ``signer``'s key is not named ``by``.
         StorageError: if the append fails.
     """
+    if signer.name != by:
+        raise UsageError(f"the key is {signer.name!r}'s, not {by!r}'s: an approver signs "
+                         "with a key of their own name")
     with writer.atomic():
         run, scope = _the_call(writer, call_id, run_id)
         made = writer.decision(run_id=run, call_id=call_id, decision="approve", approver=by,

@@ -767,7 +767,7 @@ class EvidenceWriter:
             message = approval_message(run_id, scope, call_id, tool, args_digest, made.approver)
             body = {
                 "run_id": run_id, "scope": list(scope), "call_id": call_id,
-                "decision": decision, "approver": made.approver,
+                "decision_hash": decision, "approver": made.approver,
                 "vkey": signer.verifier.vkey,
                 "signature": base64.b64encode(signer.sign(message)).decode("ascii"),
             }

@@ -379,8 +379,8 @@ class Recorder:
     def _record_policy(self, run_id: str, since: int | None) -> None:
         """Queue the ``policy`` entry of ``run_id`` (once per run and policy), if guarded."""
         if self.policy is not None:
-            self._journal.record(methodcaller("policy", run_id=run_id, text=self.policy.text),
-                                 since)
+            self._journal.record(methodcaller("policy", run_id=run_id, text=self.policy.text,
+                                              time_ns=self.writer.clock()), since)
 
     # -- run states --------------------------------------------------------------------
 
@@ -438,11 +438,16 @@ class Recorder:
         recorded.
 
         Raises:
+            UsageError: if ``signer``'s key is not named ``approver`` (nothing is applied).
             StorageError: if evidence queued before the decision could not be appended
                 (the decision is then not applied), or the decision's own group could not
                 be (the SDK has applied it by then; nothing of it is in the ledger).
             Whatever ``RunState.approve`` raises (nothing is recorded then).
         """
+        named = getattr(getattr(signer, "signer", signer), "name", approver)
+        if signer is not None and named != approver:
+            raise UsageError(f"the key is {named!r}'s, not {approver!r}'s: an approver signs "
+                             "with a key of their own name")
         self._decide(state, item, lambda shown: state.approve(shown, always_approve=always),
                      "approve", approver, reason, None, always, signer)
 
