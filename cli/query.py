@@ -88,7 +88,8 @@ def query(
     """Run read-only SQL over the ledger's DuckDB index (brought up to date first).
 
     Tables: entries, calls, approvals, executions, session_items, guardrails,
-    guard_verdicts, revocations, violations, call_chains, ledger_index, log_blocks. A statement that writes is refused (exit 2).
+    guard_verdicts, revocations, violations, call_chains, ledger_index, log_blocks. A
+    statement that writes is refused (exit 2).
     """
     with output.ProgressBar("indexing") as bar:
         result = open_ledger(ledger).query(sql, index=index, rebuild=rebuild, progress=bar)
