@@ -283,7 +283,7 @@ def scripted_shell_model() -> Any:
     ("version = 1\n[[tools]]\nmatch = \"a\"\n[tools.arguments.n]\nmin = 10\nmax = 1\n",
      "min is above max"),
     ("version = 1\n[[tools]]\nmatch = \"a\"\n[[tools]]\nmatch = \"a\"\n", "never reached"),
-    ("version = 1\n[keys]\nalice = \"%s\"\n[[tools]]\nmatch = \"a\"\n" % BOB_KEY,
+    (f"version = 1\n[keys]\nalice = \"{BOB_KEY}\"\n[[tools]]\nmatch = \"a\"\n",
      "named 'bob'"),
     ("\xff", "not a TOML file"),
 ])
