@@ -27,7 +27,7 @@ from evidence_ledger.record.integrations.legs import Leg
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 
-CALLS = 400
+CALLS = 1000
 POLICY = b'version = 1\n[[tools]]\nmatch = "charge"\napprovers = ["bench"]\nmax_age = 3600\n'
 ARGUMENTS = '{"account": "a-1", "amount": 12}'
 

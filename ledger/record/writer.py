@@ -719,6 +719,7 @@ class EvidenceWriter:
         policy_digest: bytes,
         run_state: str | None,
         message: str | None = None,
+        args_digest: bytes | None = None,
         time_ns: int | None = None,
     ) -> bytes:
         """Record the guard's verdict on the call ``(run_id, scope, call_id)`` of ``agent``'s
@@ -727,10 +728,12 @@ class EvidenceWriter:
         under the policy ``policy_digest`` (recorded by :meth:`policy`), in ``mode``
         (``observe``: the tool runs anyway); ``run_state``: the state the leg resumed from;
         ``message``: the rejection the call gets instead of running (None: it runs, or the
-        run fails). Its ref is the recorded call (none when the run never recorded it)."""
+        run fails); ``args_digest``: the digest of ``arguments``, when the caller has it.
+        Its ref is the recorded call (none when the run never recorded it)."""
         body = {
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "agent": agent,
-            "tool": tool, "args_digest": digests.arguments_digest(arguments).digest,
+            "tool": tool,
+            "args_digest": args_digest or digests.arguments_digest(arguments).digest,
             "mode": mode, "code": code, "reason": reason, "policy_digest": policy_digest,
             "run_state": run_state,
             "message_digest": self._put_output(message) if message else None,

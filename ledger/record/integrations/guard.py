@@ -70,18 +70,20 @@ def guard_call(frame: Leg, rule: ToolRule, call_id: str, agent: str, tool: str,
     assert policy is not None
     verdicts: list[Verdict] = []
 
+    digest = arguments_digest(arguments).digest
+
     def write(writer: EvidenceWriter) -> None:
         now = writer.clock()
         verdict = judge(writer.guard_facts, policy, rule, run_id=frame.run_id,
                         scope=frame.scope, call_id=call_id, leg=frame.run_state, now=now,
-                        arguments=arguments, args_digest=arguments_digest(arguments).digest)
+                        arguments=arguments, args_digest=digest)
         writer.guard(
             allowed=verdict.allowed, run_id=frame.run_id, call_id=call_id, scope=frame.scope,
             agent=agent, tool=tool, arguments=arguments, mode=rule.mode,
             code=verdict.code, reason=verdict.reason, policy_digest=policy.digest,
             run_state=frame.run_state, time_ns=now,
             message=policy.message if not verdict.allowed and rule.mode == "enforce"
-            and rejects else None,
+            and rejects else None, args_digest=digest,
         )
         verdicts.append(verdict)
 
