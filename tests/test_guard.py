@@ -457,3 +457,140 @@ def test_an_approver_signs_with_a_key_of_their_own_name(tmp_path):
     assert wrong.code == 2 and "the key is 'bob''s, not 'carol''s" in wrong.err
     assert empty.code == 2 and "by must not be empty" in empty.err
     assert [e["kind"] for e in _entries(tmp_path / "L")] == ["call"]
+
+
+# -- what an adversarial trial found (each its failing input, now refused or caught) -----
+
+
+def test_a_rule_for_an_agent_holds_for_its_same_named_twins():
+    (rule,) = parse_policy(b'version = 1\n[[tools]]\nmatch = "wire"\nagent = "payer"\n').tools
+    assert rule.matches("payer", "wire") and rule.matches("payer#2", "wire")
+    assert not rule.matches("payer#x", "wire") and not rule.matches("payers", "wire")
+
+
+@pytest.mark.parametrize("arguments", ['{"amount": NaN}', '{"amount": Infinity}',
+                                       '{"amount": "5"}', "[" * 100_000])
+def test_arguments_that_are_no_finite_number_break_a_bound(arguments):
+    facts = GuardFacts()
+    policy = parse_policy(b'version = 1\n[[tools]]\nmatch = "t"\n'
+                          b'[tools.arguments.amount]\nmax = 100\n')
+    (rule,) = policy.tools
+    facts.calls["r", (), "c"] = ("a", "t", bytes(32))
+    verdict = judge(facts, policy, rule, run_id="r", scope=(), call_id="c", leg=None, now=0,
+                    arguments=arguments)
+    assert (verdict.allowed, verdict.code) == (False, "arguments")
+
+
+async def test_a_handoff_the_policy_names_fails_the_run_before_the_target_runs(tmp_path):
+    kinds = load_example("call_kinds")
+    target = Agent(name="closer", model=kinds.steps_model([[kinds.message("done")]]))
+    agent = Agent(name="triage", handoffs=[target], model=kinds.steps_model([
+        [kinds.function_call("transfer_to_closer", "{}", "h1")]]))
+    recorder = el.Recorder(tmp_path / "L", policy=_policy(
+        tmp_path, 'version = 1\n[[tools]]\nmatch = "transfer_to_*"\n'))
+    with pytest.raises(el.GuardDenied, match="transfer_to_closer call h1"):
+        await recorder.run(agent, "go")
+    assert [e["body"]["code"] for e in _entries(tmp_path / "L", "denied")] == ["no_approval"]
+    assert not _entries(tmp_path / "L", "execution")
+
+
+def _signed_ledger(tmp_path: Path) -> tuple[EvidenceWriter, Any, bytes]:
+    alice = Signer("alice", bytes(range(32)))
+    text = (BASE + f'signed = true\n[keys]\nalice = "{alice.verifier.vkey}"\n').encode()
+    w = EvidenceWriter(Ledger(tmp_path / "L"))
+    w.policy(run_id="r", text=text)
+    w.call(run_id="r", call_id="c", agent="support", tool="refund", arguments="{}",
+           needs_approval=True)
+    return w, alice, text
+
+
+def test_a_signature_copied_onto_another_decision_does_not_count(tmp_path):
+    w, alice, text = _signed_ledger(tmp_path)
+    first = w.decision(run_id="r", call_id="c", decision="approve", approver="alice")
+    w.approval_signature(decision=first, signer=alice)
+    w.revocation(call_id="c", by="bob", reason="no", run_id="r")
+    second = w.decision(run_id="r", call_id="c", decision="approve", approver="alice")
+    (signed,) = _entries(tmp_path / "L", "approval_signature")
+    w.append("approval_signature", {**{k: v for k, v in signed["body"].items()},
+                                    "scope": [], "decision_hash": second})
+    policy = parse_policy(text)
+    verdict = judge(w.guard_facts, policy, policy.tools[0], run_id="r", scope=(),
+                    call_id="c", leg=None, now=w.clock(), arguments="{}")
+    assert (verdict.allowed, verdict.code) == (False, "unsigned")
+
+
+def test_a_back_dated_or_unrecorded_policy_verdict_is_a_forgery(tmp_path):
+    w = EvidenceWriter(Ledger(tmp_path / "L"))
+    w.policy(run_id="r", text=BASE.encode())
+    w.call(run_id="r", call_id="c", agent="support", tool="refund", arguments="{}",
+           needs_approval=True)
+    w.decision(run_id="r", call_id="c", decision="approve", approver="alice")
+    common = {"run_id": "r", "call_id": "c", "scope": (), "agent": "support", "tool": "refund",
+              "arguments": "{}", "mode": "enforce", "code": "approved", "reason": "-",
+              "run_state": None}
+    w.guard(allowed=True, policy_digest=parse_policy(BASE.encode()).digest, time_ns=1,
+            **common)
+    w.guard(allowed=True, policy_digest=bytes(32), **common)
+    found = sorted((f.rule, f.seq) for f in _verify(tmp_path / "L").violations)
+    assert found == [("guard_verdict", 3), ("guard_verdict", 4),
+                     ("payload_missing", 4)]  # the forged digest names no payload either
+
+
+def test_a_sticky_approval_holds_for_later_calls_with_other_arguments(tmp_path):
+    w = EvidenceWriter(Ledger(tmp_path / "L"))
+    for call_id, args in (("c1", '{"a": 1}'), ("c2", '{"a": 2}')):
+        w.call(run_id="r", call_id=call_id, agent="support", tool="refund", arguments=args,
+               needs_approval=True)
+        if call_id == "c1":
+            w.decision(run_id="r", call_id="c1", decision="approve", approver="alice",
+                       always=True, agent="support", tool="refund")
+    policy = parse_policy(BASE.encode())
+    verdict = judge(w.guard_facts, policy, policy.tools[0], run_id="r", scope=(),
+                    call_id="c2", leg=None, now=w.clock(), arguments='{"a": 2}')
+    assert verdict.allowed, verdict
+
+
+def test_a_denial_for_arguments_since_redacted_is_not_judged_again(tmp_path):
+    text = (BASE + "[tools.arguments.a]\nmax = 1\n").encode()
+    w = EvidenceWriter(Ledger(tmp_path / "L"))
+    w.policy(run_id="r", text=text)
+    w.call(run_id="r", call_id="c", agent="support", tool="refund", arguments='{"a": 5}',
+           needs_approval=True)
+    w.decision(run_id="r", call_id="c", decision="approve", approver="alice")
+    w.guard(allowed=False, run_id="r", call_id="c", scope=(), agent="support", tool="refund",
+            arguments='{"a": 5}', mode="enforce", code="arguments", reason="-",
+            policy_digest=parse_policy(text).digest, run_state=None)
+    (call,) = _entries(tmp_path / "L", "call")
+    el.Ledger(tmp_path / "L").redact(call["body"]["args_payload"], reason="gdpr")
+    assert [f.rule for f in _verify(tmp_path / "L").violations] == []
+
+
+def test_a_run_switching_policies_records_each_switch(tmp_path):
+    w = EvidenceWriter(Ledger(tmp_path / "L"))
+    for text in (b"p1", b"p2", b"p1", b"p1"):
+        w.policy(run_id="r", text=text)
+    assert len(_entries(tmp_path / "L", "policy")) == 3
+
+
+@pytest.mark.parametrize("text", [
+    "version = 1\n[[tools]]\nmatch = \"a\"\n[tools.arguments.x]\nmax = nan\n",
+    "version = 1\n[[tools]]\nmatch = \"a\"\n[tools.arguments.x]\npattern = \"a{4294967296}\"\n",
+    "version = 1\n[[tools]]\nmatch = \"a\"\n[tools.arguments.x]\npattern = \"%s\"\n" % (
+        "(" * 500 + ")" * 500),
+    "version = 1\nx = " + "[" * 5000 + "]" * 5000 + "\n[[tools]]\nmatch = \"a\"\n",
+])
+def test_a_policy_bomb_is_refused_with_exit_2(tmp_path, text):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    result = run_cli("check-policy", str(path))
+    assert result.code == 2 and result.err.count("\n") == 1, result.err
+
+
+def test_text_that_is_not_utf8_is_refused_with_exit_2(tmp_path):
+    EvidenceWriter(tmp_path / "L").call(run_id="r", call_id="c", agent="a", tool="t",
+                                        arguments="{}")
+    lone = "\udc80"  # what a shell passes for a byte that is not UTF-8
+    for args in (["revoke", "--call-id", "c", "--by", "b", "--reason", lone],
+                 ["redact", "--digest", "sha256:" + "0" * 64, "--reason", lone]):
+        result = run_cli(*args, "--ledger", str(tmp_path / "L"))
+        assert result.code == 2 and "not valid UTF-8" in result.err, result.err

@@ -131,12 +131,12 @@ def build_audit_ledger(directory: Path) -> Ledger:
     w.execution(run_id="r1", scope=["ask_expert:c12"], call_id="n1", arguments='{"to":"y"}',
                 result="sent", time_ns=T0 + DAY + 6 * HOUR)
     w.run_end(run_id="r1", status="completed", time_ns=T0 + DAY + 10 * HOUR)
+    guarded_run(w, T0 + 2 * DAY)
     now = time.time_ns()
     call("c20", "charge", '{"amount": 8}', run="r2", time_ns=now - DAY - HOUR)
     decide("c20", "approve", "erin@example.com", run="r2", time_ns=now - DAY)
     run("c20", '{"amount": 8}', "receipt-8", run="r2", time_ns=now - DAY + HOUR)
     w.run_end(run_id="r2", status="completed", time_ns=now - DAY + 2 * HOUR)
-    guarded_run(w, T0 + 2 * DAY)
     return ledger
 
 

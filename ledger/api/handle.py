@@ -356,6 +356,8 @@ class Ledger:
         _text(digest, "digest")
         _text(reason, "reason")
         _text(by, "by", optional=True)
+        _named(reason, "reason", blank=True)
+        _named(by, "by", blank=True)
         try:
             payload = from_text(digest)
         except ValueError as exc:
@@ -376,6 +378,7 @@ class Ledger:
             _text(value, name)
             _named(value, name)
         _text(run_id, "run_id", optional=True)
+        _named(run_id, "run_id")
         self._book.require_exists()
         return revoke_call(EvidenceWriter(self._book), call_id, by=by, reason=reason,
                            run_id=run_id)
@@ -395,6 +398,8 @@ class Ledger:
             _named(value, name)
         _text(reason, "reason", optional=True)
         _text(run_id, "run_id", optional=True)
+        _named(reason, "reason", blank=True)
+        _named(run_id, "run_id")
         self._book.require_exists()
         refuse_key_inside(self.directory, key.path)
         return approve_call(EvidenceWriter(self._book), call_id, by=by, signer=key.signer,
@@ -556,10 +561,17 @@ def _text(value: Any, name: str, optional: bool = False) -> None:
         raise TypeError(f"{name} is a str, not {type(value).__name__}")
 
 
-def _named(value: str, name: str) -> None:
-    """Raise UsageError if ``value`` is empty or only blanks (a decision names who made it,
-    what and why)."""
-    if not value.strip():
+def _named(value: str | None, name: str, blank: bool = False) -> None:
+    """Raise UsageError if ``value`` is not valid UTF-8 text (a lone surrogate, as a shell
+    passes bytes that are not UTF-8) or, unless ``blank``, is empty or only blanks (a
+    decision names who made it, what and why). None passes."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{name} is not valid UTF-8 text") from None
+    if not blank and not value.strip():
         raise UsageError(f"{name} must not be empty")
 
 

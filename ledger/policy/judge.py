@@ -8,8 +8,9 @@ that each ``allowed`` / ``denied`` entry says what the evidence before it says.
 
 A call may run when the ledger holds, for this exact call (run, scope, ``call_id``,
 tool, arguments digest), enough approvals (one; two by different approvers with
-``second_approver``) that are each: an ``approve`` decision on the call (or a sticky one on
-its agent's tool in its run and scope), made on the run state the leg resumed from or an
+``second_approver``) that are each: an ``approve`` decision on the call, naming its tool if
+it names one (or a sticky one on its agent's tool in its run and scope, which holds
+whatever the arguments), made on the run state the leg resumed from or an
 ancestor of it (a decision naming no run state counts; one naming a state counts only if
 that state's first ``run_state`` entry precedes it: an ``adopted`` state's approval made
 before the adoption does not), shown the call's arguments digest, not followed by a
@@ -22,6 +23,7 @@ approver; and the call's arguments keep the rule's constraints.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -46,13 +48,16 @@ Scope = tuple[str, ...]
 
 
 def approval_message(run_id: str, scope: Scope, call_id: str, tool: str,
-                     args_digest: bytes, approver: str) -> bytes:
+                     args_digest: bytes, approver: str, decision_hash: bytes) -> bytes:
     """The bytes an approver signs for a call: ``evidence-ledger approval v1\\n`` then the
-    RFC 8785 JSON of the call's identity, tool, arguments digest (``sha256:<hex>``) and the
-    approver's name."""
+    RFC 8785 JSON of the call's identity, tool, arguments digest, the approver's name and
+    the entry hash of the ``decision`` entry signed (digests as ``sha256:<hex>``). The
+    decision's hash binds the signature to that one entry, its time included: copied onto
+    another decision (after a revocation, or past ``max_age``), it does not verify."""
     return b"evidence-ledger approval v1\n" + rfc8785.dumps({
         "run_id": run_id, "scope": list(scope), "call_id": call_id, "tool": tool,
         "args_digest": "sha256:" + args_digest.hex(), "approver": approver,
+        "decision": "sha256:" + decision_hash.hex(),
     })
 
 
@@ -66,6 +71,7 @@ class _Decision:
     run_state: str | None
     state_known: bool  # its run state's first entry preceded it (or it names none)
     hash: bytes
+    tool: str | None = None  # the tool it names, if it names one
     signatures: list[tuple[str, str]] = field(default_factory=list)  # (vkey, base64 signature)
 
 
@@ -102,7 +108,7 @@ class GuardFacts:
             state = b["run_state"]
             made = _Decision(entry.seq, entry.time, b["decision"], b["approver"],
                              b["args_digest"], state, state is None or state in self.parents,
-                             hash_)
+                             hash_, b["tool"])
             key = (b["run_id"], tuple(b["scope"]), b["call_id"])
             self.decisions.setdefault(key, []).append(made)
             self.by_hash[hash_] = made
@@ -143,7 +149,7 @@ def _signed(decision: _Decision, policy: Policy, identity: tuple[str, Scope, str
     vkey = policy.keys.get(decision.approver)
     if vkey is None:
         return False
-    message = approval_message(*identity, decision.approver)
+    message = approval_message(*identity, decision.approver, decision.hash)
     verifier = Verifier.from_vkey(vkey)
     return any(held == vkey and verifier.verify(message, base64.b64decode(signature))
                for held, signature in decision.signatures)
@@ -154,7 +160,7 @@ def _arguments_problem(rule: ToolRule, arguments: str | None) -> str | None:
         return None
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "arguments are not JSON"
     return next((p for c in rule.constraints if (p := c.problem(value)) is not None), None)
 
@@ -186,9 +192,11 @@ def judge(
     lineage = facts._lineage(leg)
     explicit = facts.decisions.get((run_id, scope, call_id), [])
     sticky = facts.sticky.get((run_id, scope, agent, tool), [])
-    held = [d for d in explicit if d.run_state in lineage and d.state_known]
-    if not held:
-        held = [d for d in sticky if d.run_state in lineage and d.state_known]
+    held = [d for d in explicit if d.run_state in lineage and d.state_known
+            and d.tool in (None, tool)]
+    if not held:  # a sticky approval holds for its tool whatever the arguments
+        held = [dataclasses.replace(d, args_digest=None) for d in sticky
+                if d.run_state in lineage and d.state_known]
     if not held:
         other = [d for d in (*explicit, *sticky) if d.decision == "approve"]
         if other:

@@ -13,6 +13,7 @@ docs/ENFORCEMENT.md has the format and an example.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -57,8 +58,9 @@ class Constraint:
             return f"argument {self.name!r} is missing"
         value = arguments[self.name]
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if (self.max is not None or self.min is not None) and not number:
-            return f"argument {self.name!r} is not a number"
+        if (self.max is not None or self.min is not None) and not (
+                number and math.isfinite(value)):
+            return f"argument {self.name!r} is not a finite number"
         if self.max is not None and value > self.max:
             return f"argument {self.name!r} is {value}, above {self.max}"
         if self.min is not None and value < self.min:
@@ -97,9 +99,14 @@ class ToolRule:
     constraints: tuple[Constraint, ...] = ()
 
     def matches(self, agent: str, tool: str) -> bool:
-        """True when a call of ``tool`` (as the ledger records it) by ``agent`` is this
+        """True when a call of ``tool`` (as the ledger records it) by ``agent`` (its label: a
+        second agent of the same name in one graph is ``name#2``, and so on) is this
         rule's."""
-        return (self.agent is None or self.agent == agent) and bool(self.regex.fullmatch(tool))
+        if self.agent is not None and agent != self.agent:
+            base, _, count = agent.rpartition("#")
+            if base != self.agent or not count.isdigit():
+                return False
+        return bool(self.regex.fullmatch(tool))
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,7 @@ def _constraint(name: str, spec: dict[str, Any], where: str) -> Constraint:
     pattern = spec.get("pattern")
     try:
         compiled = re.compile(pattern) if pattern is not None else None
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError) as exc:
         raise PolicyError(f"{where}: argument {name!r}: bad pattern: {exc}") from None
     one_of = spec.get("one_of")
     return Constraint(name, spec.get("max"), spec.get("min"), compiled,
@@ -173,10 +180,18 @@ def parse_policy(data: bytes, name: str = "policy") -> Policy:
     """Parse and check a policy file (``data``: its bytes, at most :data:`MAX_POLICY_BYTES`).
 
     Raises:
-        PolicyError: naming the first problem: not UTF-8 TOML, a field the schema refuses
-            (unknown keys, wrong types), a tool pattern outside the grammar, an undefined
-            group, a bad regex, or ``signed`` without a key for a named approver.
+        PolicyError: naming the first problem: not UTF-8 TOML (or nested too deep to
+            read), a field the schema refuses (unknown keys, wrong types), a tool pattern
+            outside the grammar, an undefined group, a bad regex, a rule that can never
+            pass or never be reached, or ``signed`` without a key for a named approver.
     """
+    try:
+        return _parse(data, name)
+    except RecursionError:
+        raise PolicyError(f"{name}: nested too deep to read") from None
+
+
+def _parse(data: bytes, name: str) -> Policy:
     if len(data) > MAX_POLICY_BYTES:
         raise PolicyError(f"{name}: over {MAX_POLICY_BYTES} bytes")
     try:
@@ -207,6 +222,8 @@ def parse_policy(data: bytes, name: str = "policy") -> Policy:
             raise PolicyError(f"{where}: its approvers name {len(approvers)} approver(s), "
                               "fewer than it needs")
         for arg, bounds in spec.get("arguments", {}).items():
+            if not all(math.isfinite(bounds[b]) for b in ("min", "max") if b in bounds):
+                raise PolicyError(f"{where}: argument {arg!r}: min and max must be finite")
             if bounds.get("min", float("-inf")) > bounds.get("max", float("inf")):
                 raise PolicyError(f"{where}: argument {arg!r}: min is above max")
         signed = spec.get("signed", False)

@@ -174,7 +174,7 @@ class EvidenceWriter:
         self._sticky: set[tuple[str, Scope, str | None, str | None]] = set()
         self._states: dict[bytes | tuple[Any, ...], tuple[str, str]] = {}
         self._latest_state: dict[str, str] = {}  # run_id -> its latest state made
-        self._policies: set[tuple[str, bytes]] = set()  # (run_id, policy digest) recorded
+        self._policies: dict[str, bytes] = {}  # run_id -> the policy it recorded last
         # decision hash -> (run_id, scope, call_id, tool, arguments digest) it was shown
         self._decision_calls: dict[bytes, tuple[str, Scope, str, str, bytes]] = {}
         self.guard_facts = GuardFacts()
@@ -205,7 +205,7 @@ class EvidenceWriter:
         elif entry.kind == "ingest":
             self._ingested.add(body["file_sha256"])
         elif entry.kind == "policy":
-            self._policies.add((body["run_id"], body["policy_digest"]))
+            self._policies[body["run_id"]] = body["policy_digest"]
         elif entry.kind == "run_state" and body["event"] in _MADE:
             found = (body["run_id"], body["state_id"])
             self._latest_state[body["run_id"]] = body["state_id"]
@@ -694,11 +694,11 @@ class EvidenceWriter:
 
     def policy(self, *, run_id: str, text: bytes, time_ns: int | None = None) -> bytes | None:
         """Record that run ``run_id`` is guarded by the policy file ``text`` (its bytes, stored
-        as a payload named by their SHA-256), once per run and policy: None when it is
-        already recorded."""
+        as a payload named by their SHA-256) from now on, unless that is the policy its run
+        recorded last (then None)."""
         with self.atomic():
             digest = hashlib.sha256(text).digest()
-            if (run_id, digest) in self._policies:
+            if self._policies.get(run_id) == digest:
                 return None
             body = {"run_id": run_id, "policy_digest": self.ledger.payloads.put(text)}
             return self.append("policy", body, [], time_ns)
@@ -767,7 +767,8 @@ class EvidenceWriter:
             if made is None or found is None:
                 raise UsageError("the decision to sign names no recorded call")
             run_id, scope, call_id, tool, args_digest = found
-            message = approval_message(run_id, scope, call_id, tool, args_digest, made.approver)
+            message = approval_message(run_id, scope, call_id, tool, args_digest, made.approver,
+                                       decision)
             body = {
                 "run_id": run_id, "scope": list(scope), "call_id": call_id,
                 "decision_hash": decision, "approver": made.approver,

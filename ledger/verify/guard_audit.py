@@ -5,7 +5,9 @@ in, findings of the guard's two rules out.
   :func:`~evidence_ledger.policy.judge.judge` says of the evidence before it, under the
   policy it names, at its own time: the approval really was missing, rejected, revoked,
   expired, made elsewhere or out of policy when a call was denied, and live when one was
-  allowed;
+  allowed. The policy it names is one its run recorded (a ``policy`` entry before it), and
+  its time is no earlier than any entry before it (the guard judges at the time it
+  appends, after everything before it was written: a back-dated verdict is a forgery);
 - ``guard_bypassed``: no call of a tool that its run's policy (its latest ``policy``
   entry) enforces executes without an ``allowed`` entry for it before, nor after a
   ``denied`` one in ``enforce`` mode with no ``allowed`` since.
@@ -47,6 +49,8 @@ class GuardAudit:
         self._arguments: dict[CallKey, bytes] = {}  # call -> its arguments' payload digest
         self._allowed: set[CallKey] = set()
         self._unread: set[bytes] = set()
+        self._recorded: set[tuple[str, bytes]] = set()  # (run, policy digest) recorded
+        self._latest = 0  # the latest entry time fed so far (ns)
 
     def _policy(self, digest: bytes) -> Policy | None:
         if digest not in self._policies:
@@ -68,32 +72,50 @@ class GuardAudit:
         if entry.kind == "call":
             self._arguments[b["run_id"], tuple(b["scope"]), b["call_id"]] = b["args_payload"]
         elif entry.kind == "policy":
+            self._recorded.add((b["run_id"], b["policy_digest"]))
             policy = self._policy(b["policy_digest"])
             if policy is not None:
                 self._run_policy[b["run_id"]] = policy
+            else:
+                self._run_policy.pop(b["run_id"], None)
         elif entry.kind in ("allowed", "denied"):
             self._on_guard(entry)
         elif entry.kind == "execution":
             self._on_execution(entry)
         self.facts.feed(entry, hash_)
+        self._latest = max(self._latest, entry.time)
 
     def _on_guard(self, entry: Entry) -> None:
         b = entry.body
         if b["code"] == ORPHAN_OUTPUT:  # the session guard's record, not a tool's verdict
             return
         key = (b["run_id"], tuple(b["scope"]), b["call_id"])
-        if entry.kind == "allowed":
-            self._allowed.add(key)
-        elif b["mode"] == "enforce":
+        if b["mode"] == "enforce":
             self._allowed.discard(key)
+        if (b["run_id"], b["policy_digest"]) not in self._recorded:
+            self._report(GUARD_VERDICT, entry, f"{entry.kind} under policy "
+                         f"sha256:{b['policy_digest'].hex()}, which its run never recorded", key)
+            return
+        if entry.time < self._latest:
+            self._report(GUARD_VERDICT, entry, f"{entry.kind} judged at a time before entries "
+                         f"it follows ({entry.time} < {self._latest} ns): back-dated", key)
+            return
         policy = self._policy(b["policy_digest"])
         if policy is None:
+            if entry.kind == "allowed":
+                self._allowed.add(key)
             return
         payload = self._arguments.get(key)
         raw = self.read_payload(payload) if payload is not None else None
         arguments = raw.decode("utf-8", "replace") if raw is not None else None
+        rule = policy.rule(b["agent"], b["tool"])
+        if arguments is None and b["code"] == "arguments" and rule is not None \
+                and rule.constraints:  # the arguments were redacted: cannot be judged again
+            return
         verdict = verdict_for(self.facts, policy, b, entry.time, arguments)
         said = (entry.kind == "allowed", b["code"])
+        if verdict is not None and verdict.allowed and said[0]:
+            self._allowed.add(key)
         if verdict is None:
             self._report(GUARD_VERDICT, entry, f"{entry.kind} under a policy that does not "
                          f"name {b['tool']} of agent {b['agent']}", key)

@@ -512,6 +512,7 @@ def _record_handoff(source: Agent[Any], target: Agent[Any]) -> None:
     if ran is None:
         return
     (call_id, tool, arguments), ignored = pending[0], pending[1:]
+    guard_started(frame, source, call_id, tool, arguments)  # denied: raises, no handoff
     frame.record(methodcaller(
         "execution", run_id=frame.run_id, call_id=call_id, arguments=arguments,
         scope=frame.scope, agent=agent_label(source), tool=tool,
