@@ -20,6 +20,7 @@ entries, in log order), ``approvers`` (call id -> who decided) and ``persisted``
 and ``tests/test_call_kinds_matrix.py`` (every release) check them and what ``verify`` says.
 
 Run:  python examples/call_kinds.py --out DIR   (ledgers in DIR/<scenario>/)
+      [--scenario NAME ...] [--policy FILE]   (some scenarios; the guard on: ENFORCEMENT.md)
 Then: evidence-ledger verify --ledger DIR/every_kind
 """
 
@@ -283,12 +284,15 @@ def recorded(ledger: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for one ledger per scenario")
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
+                        help="run only this scenario (repeatable; default: all)")
+    parser.add_argument("--policy", help="the guard's policy file (docs/ENFORCEMENT.md)")
     args = parser.parse_args(argv)
     failed = 0
-    for name, scenario in SCENARIOS.items():
+    for name in args.scenario or SCENARIOS:
         ledger, error = Path(args.out) / name, None
         try:
-            asyncio.run(scenario(ledger))
+            asyncio.run(SCENARIOS[name](ledger, args.policy))
         except Exception as exc:  # recorded as far as it got; the ledger says what happened
             error = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()

@@ -17,13 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import run_cli
+from evidence_ledger import Ledger
+
+from .helpers import load_example, run_cli
 from .sdk_venvs import RELEASES, REPO_ROOT, sdk_env, sdk_venv
 from .test_call_kinds import WITHOUT_DECISION, broken_without, same_evidence
+from .test_guard import EVERY_GATED
 
 pytestmark = pytest.mark.release_matrix
 
 SCRIPT = REPO_ROOT / "examples" / "call_kinds.py"
+APPROVED = load_example("call_kinds").APPROVED
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -45,3 +49,25 @@ def test_every_kind_of_call_is_recorded_under_each_release(tmp_path: Path, relea
         broken = broken_without(Path(lines[scenario]["ledger"]),
                                 tmp_path / f"without-{scenario}-{call_id}", call_id)
         assert broken == {(rule, call_id)}, (scenario, call_id)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_gated_kind_goes_through_the_guard_under_each_release(tmp_path: Path,
+                                                                     release: str):
+    """With a policy naming every kind that asks for approval, each call gets an
+    ``allowed`` entry before it runs, the hosted MCP call too (the guard answers its
+    approval request), and the ledger verifies clean."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(EVERY_GATED, encoding="utf-8")
+    done = subprocess.run(
+        [str(sdk_venv(release) / "python"), str(SCRIPT), "--out", str(tmp_path),
+         "--scenario", "every_kind", "--policy", str(policy)],
+        env=sdk_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    ledger = tmp_path / "every_kind"
+    verdicts = {e["body"]["call_id"]: (e["kind"], e["body"]["tool"])
+                for e in Ledger(ledger).entries() if e["kind"] in ("allowed", "denied")}
+    assert verdicts == {call_id: ("allowed", tool) for call_id, tool in APPROVED.items()}
+    verified = run_cli("verify", "--ledger", str(ledger), "--json")
+    assert (verified.code, json.loads(verified.out)["violations"]) == (0, [])

@@ -419,9 +419,11 @@ match = "shell"
 match = "apply_patch"
 [[tools]]
 match = "note"
+[[tools]]
+match = "lookup"
 """
-"""A policy naming each locally run kind of ``examples/call_kinds.py`` that asks for
-approval: a function tool, an MCP server's tool, shell, apply_patch, a custom tool."""
+"""A policy naming each kind of ``examples/call_kinds.py`` that asks for approval: a
+function tool, an MCP server's tool, shell, apply_patch, a custom tool, a hosted MCP tool."""
 
 
 async def test_every_gated_kind_goes_through_the_guard(tmp_path):
@@ -429,8 +431,7 @@ async def test_every_gated_kind_goes_through_the_guard(tmp_path):
     await kinds.every_kind(tmp_path / "L", str(_policy(tmp_path, EVERY_GATED)))
     verdicts = {e["body"]["call_id"]: (e["kind"], e["body"]["tool"])
                 for e in _entries(tmp_path / "L") if e["kind"] in ("allowed", "denied")}
-    assert verdicts == {call_id: ("allowed", tool) for call_id, tool in kinds.APPROVED.items()
-                        if call_id != "k-hosted-mcp"}  # the provider runs that one
+    assert verdicts == {call_id: ("allowed", tool) for call_id, tool in kinds.APPROVED.items()}
     report = _verify(tmp_path / "L")
     assert report.ok, report.violations
 
@@ -594,3 +595,94 @@ def test_text_that_is_not_utf8_is_refused_with_exit_2(tmp_path):
                  ["redact", "--digest", "sha256:" + "0" * 64, "--reason", lone]):
         result = run_cli(*args, "--ledger", str(tmp_path / "L"))
         assert result.code == 2 and "not valid UTF-8" in result.err, result.err
+
+
+HOSTED_REQUEST = {"type": "mcp_approval_request", "id": "h-1", "name": "lookup",
+                  "server_label": "docs", "arguments": '{"q": "x"}'}
+HOSTED_CALL = {"type": "mcp_call", "id": "mcp-1", "name": "lookup", "server_label": "docs",
+               "arguments": '{"q": "x"}', "approval_request_id": "h-1"}
+
+
+async def _hosted_run(ledger: Path, policy: str, streamed: bool, callback: Any = None,
+                      approver: str = "ann") -> list[Any]:
+    """A hosted MCP tool asks to run ``lookup``; the app approves it (by ``callback``, or
+    as ``approver`` on the paused state through the recorder); returns the
+    ``mcp_approval_response`` items the model was sent next."""
+    from agents import HostedMCPTool
+
+    scripted = load_example("scripted_models")
+    sent: list[Any] = []
+
+    def respond(items: Any) -> list[Any]:
+        if not sent and not any(_field(i, "type") == "mcp_approval_response" for i in items):
+            sent.append(None)
+            return [HOSTED_REQUEST]
+        answers = [i for i in items if _field(i, "type") == "mcp_approval_response"]
+        sent.extend(answers)
+        ran = [{**HOSTED_CALL, "output": "found x"}] if any(
+            _field(a, "approve") for a in answers) else []  # the provider runs it if approved
+        return [*ran, load_example("call_kinds").message("done")]
+
+    config: Any = {"type": "mcp", "server_label": "docs", "server_url": "https://example.com",
+                   "require_approval": "always"}
+    tool = (HostedMCPTool(tool_config=config, on_approval_request=callback) if callback
+            else HostedMCPTool(tool_config=config))
+    # ScriptedModel streams only some item types, not an mcp_approval_request
+    model = (scripted.TinyScriptedModel(respond) if streamed
+             else scripted.responding_model(respond, 3))
+    agent = Agent(name="ops", tools=[tool], model=model)
+    recorder = el.Recorder(ledger, policy=_policy(ledger.parent, policy))
+
+    async def run(given: Any) -> Any:
+        if not streamed:
+            return await recorder.run(agent, given)
+        result = recorder.run_streamed(agent, given)
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    result = await run("go")
+    if result.interruptions:
+        state = result.to_state()
+        for item in state.get_interruptions():
+            recorder.approve(state, item, approver=approver)
+        await run(state)
+    return sent[1:]
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def _approves(_request: Any) -> Any:
+    return {"approve": True}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+@pytest.mark.parametrize("callback", [None, _approves], ids=["on_state", "by_callback"])
+@pytest.mark.parametrize("mode", ["enforce", "observe"])
+async def test_the_guard_answers_a_hosted_request_approved_out_of_policy_with_a_rejection(
+        tmp_path, streamed, callback, mode):
+    policy = f'version = 1\nmode = "{mode}"\n[[tools]]\nmatch = "lookup"\napprovers = ["bob"]\n'
+    sent = await _hosted_run(tmp_path / "L", policy, streamed, callback)
+    (response,) = sent
+    (denied,) = _entries(tmp_path / "L", "denied")
+    assert (denied["body"]["call_id"], denied["body"]["code"]) == ("h-1", "approver")
+    if mode == "enforce":
+        assert _field(response, "approve") is False
+        assert _field(response, "reason") in ("Tool execution was not approved.", None)
+    else:
+        assert _field(response, "approve") is True
+    report = _verify(tmp_path / "L")
+    assert report.ok, report.violations
+
+
+@pytest.mark.parametrize("callback", [None, _approves], ids=["on_state", "by_callback"])
+async def test_the_guard_lets_a_hosted_request_approved_in_policy_through(tmp_path, callback):
+    approver = "callback:_approves" if callback else "bob"
+    policy = f'version = 1\n[[tools]]\nmatch = "lookup"\napprovers = ["{approver}"]\n'
+    (response,) = await _hosted_run(tmp_path / "L", policy, False, callback, approver="bob")
+    assert _field(response, "approve") is True
+    (allowed,) = _entries(tmp_path / "L", "allowed")
+    assert (allowed["body"]["call_id"], allowed["body"]["code"]) == ("h-1", "approved")
+    assert not _entries(tmp_path / "L", "denied")

@@ -38,10 +38,10 @@ from evidence_ledger.record.integrations.native_calls import item_field
 from evidence_ledger.record.integrations.published import output_item
 from evidence_ledger.record.writer import EvidenceWriter
 
-__all__ = ["persisted_decisions", "record_context_approval"]
+__all__ = ["context_status", "persisted_decisions", "record_context_approval"]
 
 
-def _status(context: Any, names: Iterable[str], call_id: str, agent: Any, raw: Any,
+def context_status(context: Any, names: Iterable[str], call_id: str, agent: Any, raw: Any,
             ) -> bool | None:
     """What ``context`` holds for ``call_id`` under the first of ``names`` it knows: True
     approved, False rejected, None nothing (or the SDK cannot say).
@@ -97,7 +97,7 @@ def record_context_approval(
     item ``raw``, None if unknown) of ``agent``'s ``tool`` (its label as the ledger records
     it) with ``arguments``, which the SDK is starting in ``frame``. ``names``: the names the
     SDK may keep the decision under (the tool's name, then its label), asked in turn."""
-    if _status(context, names, call_id, agent, raw) is True:
+    if context_status(context, names, call_id, agent, raw) is True:
         frame.record(_decided(frame, "approve", call_id, agent_label(agent), tool, arguments))
 
 
@@ -127,7 +127,7 @@ def persisted_decisions(frame: Leg, items: Iterable[Any]) -> list[Write]:
         if owner is None:
             continue
         agent, raw, tool = owner
-        if _status(context, (item_field(raw, "name") or tool, tool), call_id, agent,
+        if context_status(context, (item_field(raw, "name") or tool, tool), call_id, agent,
                    raw) is False:
             writes.append(_decided(frame, "reject", call_id, agent_label(agent), tool, None,
                                    output if isinstance(output, str) else None))

@@ -19,7 +19,9 @@ Where it stops the body:
   each run, shell, local shell, apply_patch, computer, custom) is judged at
   ``on_tool_start``, which the SDK awaits before it calls the body: denied in ``enforce``
   mode, :class:`GuardDenied` is raised there, so the run fails and the body is never
-  called (the SDK has no rejection path after that point).
+  called (the SDK has no rejection path after that point);
+- a hosted MCP tool's call, which the provider runs, gets a rejection as the answer to its
+  approval request (:mod:`~evidence_ledger.record.integrations.hosted_guard`).
 
 In ``observe`` mode (the policy's, or one rule's) the verdict is recorded and the tool
 runs. A run configured with ``pre_approval_tool_input_guardrails`` would have the SDK run

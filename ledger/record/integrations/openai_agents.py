@@ -156,6 +156,7 @@ from evidence_ledger.record.integrations.hooks import (
     pending_response_calls,
     reachable_agents,
 )
+from evidence_ledger.record.integrations.hosted_guard import answer_resumed_requests
 from evidence_ledger.record.integrations.legs import Leg, entered
 from evidence_ledger.record.integrations.native_calls import pending_native_calls
 from evidence_ledger.record.integrations.nested_runs import install_runner
@@ -364,13 +365,15 @@ class Recorder:
             with labelled(labels):
                 info = self._adopt(input, since)
             self._record_policy(info.run_id, since)
-            return Leg(self._journal, since, info.run_id, run_state=info.state_id, policy=policy,
-                       resumed=input, handoff_calls=pending_handoffs(input),
-                       native_calls=pending_native_calls(input),
-                       response_calls=pending_response_calls(input), labels=labels,
-                       call_owners=pending_call_owners(input),
-                       contexts={(): getattr(input, "_context", None)},
-                       answers_unknown_tools=answers)
+            frame = Leg(self._journal, since, info.run_id, run_state=info.state_id,
+                        policy=policy, resumed=input, handoff_calls=pending_handoffs(input),
+                        native_calls=pending_native_calls(input),
+                        response_calls=pending_response_calls(input), labels=labels,
+                        call_owners=pending_call_owners(input),
+                        contexts={(): getattr(input, "_context", None)},
+                        answers_unknown_tools=answers)
+            answer_resumed_requests(frame, input)
+            return frame
         run_id = uuid.uuid4().hex
         self._record_policy(run_id, since)
         return Leg(self._journal, since, run_id, labels=labels, policy=policy,

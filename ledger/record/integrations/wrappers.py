@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["claim", "is_ours", "named_as", "observed", "ours"]
+__all__ = ["answered", "claim", "is_ours", "named_as", "observed", "ours"]
 
 MARK = "_evidence_ledger_attached"
 
@@ -48,30 +48,36 @@ def named_as(wrapper: Any, original: Any) -> Any:
 
 def observed(function: Any, after: Callable[[tuple[Any, ...], Any], None]) -> Any:
     """A wrapper of ``function`` that returns what it returns and calls ``after(args,
-    result)`` first (positional arguments; an awaitable result is awaited, then passed).
-    A coroutine function gives a coroutine function, anything else a plain function that
-    returns what ``function`` returned (an awaitable wrapped to be observed when
-    awaited); named as ``function`` (:func:`named_as`)."""
+    result)`` first (as :func:`answered`)."""
 
-    async def later(args: tuple[Any, ...], pending: Any) -> Any:
-        result = await pending
+    def answer(args: tuple[Any, ...], result: Any) -> Any:
         after(args, result)
         return result
+
+    return answered(function, answer)
+
+
+def answered(function: Any, answer: Callable[[tuple[Any, ...], Any], Any]) -> Any:
+    """A wrapper of ``function`` that returns ``answer(args, result)`` of what it returns
+    (positional arguments; an awaitable result is awaited, then passed). A coroutine
+    function gives a coroutine function, anything else a plain function that returns
+    the answer (an awaitable's answer when awaited, as an awaitable); named as
+    ``function`` (:func:`named_as`)."""
+
+    async def later(args: tuple[Any, ...], pending: Any) -> Any:
+        return answer(args, await pending)
 
     if inspect.iscoroutinefunction(function):
 
-        async def observed_async(*args: Any) -> Any:
-            result = await function(*args)
-            after(args, result)
-            return result
+        async def answered_async(*args: Any) -> Any:
+            return answer(args, await function(*args))
 
-        return named_as(observed_async, function)
+        return named_as(answered_async, function)
 
-    def observed_sync(*args: Any) -> Any:
+    def answered_sync(*args: Any) -> Any:
         result = function(*args)
         if inspect.isawaitable(result):  # a callable object returning an awaitable
             return later(args, result)
-        after(args, result)
-        return result
+        return answer(args, result)
 
-    return named_as(observed_sync, function)
+    return named_as(answered_sync, function)

@@ -1,0 +1,108 @@
+"""The guard's answer to a hosted MCP approval request: a rejection, unless the ledger holds
+a live, bound approval (:mod:`~evidence_ledger.record.integrations.guard`).
+
+The provider runs a hosted MCP tool's call, so there is no local body to stop: the last
+point the app controls is the ``mcp_approval_response`` the SDK sends back. The guard
+judges a request the app approved, for a tool a rule of the policy names, right before the
+SDK builds that response, and appends the ``allowed`` or ``denied`` entry durably first:
+
+- approved by the tool's ``on_approval_request`` callback: once the callback's verdict is
+  recorded as a ``decision``, the guard judges it; denied in ``enforce`` mode, the SDK
+  receives ``{"approve": False, "reason": <the policy's message>}`` in its place
+  (:func:`answer_callback`);
+- approved on a paused ``RunState`` (``Recorder.approve``, or ``RunState.approve``): when a
+  recorded leg resumes from the state, the guard judges each approved hosted MCP request
+  it waits on; denied in ``enforce`` mode, it rejects the request on the state
+  (``RunState.reject``, with the policy's message where the SDK takes one) before the SDK
+  reads it (:func:`answer_resumed_requests`).
+
+In ``observe`` mode the verdict is recorded and the approval stands. A request the app
+rejected, or has not decided, is left alone: nothing of it runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from evidence_ledger.policy.judge import Verdict
+from evidence_ledger.record.integrations.agent_labels import agent_label
+from evidence_ledger.record.integrations.context_decisions import context_status
+from evidence_ledger.record.integrations.guard import guard_call
+from evidence_ledger.record.integrations.legs import Leg
+from evidence_ledger.record.integrations.native_calls import item_field, native_call
+
+__all__ = ["answer_callback", "answer_resumed_requests"]
+
+
+def _judged(frame: Leg, agent: Any, raw: Any) -> Verdict | None:
+    """The guard's verdict on the hosted MCP request ``raw`` of ``agent`` in ``frame``,
+    appended durably; None when it is not one, or no rule of the policy names its tool,
+    or the verdict is ``observe``-only."""
+    found = native_call(agent, raw)
+    if (frame.policy is None or agent is None or found is None
+            or item_field(raw, "type") != "mcp_approval_request"):
+        return None
+    call_id, tool, arguments, _ = found
+    name = agent_label(agent)
+    rule = frame.policy.rule(name, tool)
+    if rule is None:
+        return None
+    verdict = guard_call(frame, rule, call_id, name, tool, arguments, rejects=True)
+    return None if rule.mode == "observe" else verdict
+
+
+def answer_callback(frame: Leg, call_id: str, approved: bool, answer: Any) -> Any:
+    """What the SDK gets from a hosted MCP tool's ``on_approval_request`` callback that
+    answered ``answer`` (``approved``: as the SDK reads it) on the request ``call_id`` of
+    ``frame``: ``answer``, or the policy's rejection when the guard denies the call.
+
+    Raises:
+        StorageError: if the guard's entry cannot be appended (the SDK then fails the run:
+            nothing is approved on a verdict that could be lost).
+    """
+    owner = frame.call_owners.get((frame.scope, call_id))
+    if not approved or owner is None or frame.policy is None:
+        return answer
+    agent, raw, _ = owner
+    verdict = _judged(frame, agent, raw)
+    if verdict is None or verdict.allowed:
+        return answer
+    return {"approve": False, "reason": frame.policy.message}
+
+
+def answer_resumed_requests(frame: Leg, state: Any) -> None:
+    """Judge each hosted MCP request the paused ``state`` waits on that its context
+    approves, as ``frame`` (the leg resuming from it) starts; reject on ``state`` each one
+    the guard denies in ``enforce`` mode.
+
+    Raises:
+        StorageError: if a guard entry cannot be appended.
+    """
+    if frame.policy is None:
+        return
+    try:
+        items = list(state.get_interruptions())
+    except Exception:  # a state that cannot say what it waits on has no request to answer
+        return
+    for item in items:
+        agent, raw = getattr(item, "agent", None), getattr(item, "raw_item", None)
+        request = item_field(raw, "id")
+        if item_field(raw, "type") != "mcp_approval_request" or not isinstance(request, str):
+            continue
+        context = getattr(state, "_context", None)
+        if context_status(context, (item_field(raw, "name") or "",), request, agent,
+                          raw) is not True:
+            continue
+        verdict = _judged(frame, agent, raw)
+        if verdict is not None and not verdict.allowed:
+            _reject(state, item, frame.policy.message)
+
+
+def _reject(state: Any, item: Any, message: str) -> None:
+    """``state.reject(item)``, with ``message`` as the rejection where the SDK takes one
+    (0.22 on)."""
+    if "rejection_message" in inspect.signature(state.reject).parameters:
+        state.reject(item, rejection_message=message)
+    else:
+        state.reject(item)
