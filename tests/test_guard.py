@@ -686,3 +686,98 @@ async def test_the_guard_lets_a_hosted_request_approved_in_policy_through(tmp_pa
     (allowed,) = _entries(tmp_path / "L", "allowed")
     assert (allowed["body"]["call_id"], allowed["body"]["code"]) == ("h-1", "approved")
     assert not _entries(tmp_path / "L", "denied")
+
+
+def _hosted_model(requests: list[str], sent: list[tuple[str, Any]], done: str = "done") -> Any:
+    """A model that asks each hosted request of ``requests`` in turn (the next after the
+    previous one is answered), notes each answer it gets in ``sent``, and, as a provider
+    would, runs each approved request."""
+    scripted, kinds = load_example("scripted_models"), load_example("call_kinds")
+
+    asked: list[str] = []
+
+    def respond(items: Any) -> list[Any]:
+        out: list[Any] = []
+        for item in items:
+            rid = _field(item, "approval_request_id")
+            if _field(item, "type") == "mcp_approval_response" and rid not in dict(sent):
+                sent.append((rid, _field(item, "approve")))
+                if _field(item, "approve"):
+                    out.append({**HOSTED_CALL, "id": f"mcp-{rid}", "approval_request_id": rid,
+                                "output": "ran"})
+        if len(asked) < len(requests) and len(sent) == len(asked):
+            asked.append(requests[len(asked)])
+            out.append({**HOSTED_REQUEST, "id": asked[-1]})
+        return out or [kinds.message(done)]
+
+    return scripted.responding_model(respond, 2 * len(requests) + 2)
+
+
+def _hosted_tool() -> Any:
+    from agents import HostedMCPTool
+
+    return HostedMCPTool(tool_config={"type": "mcp", "server_label": "docs",
+                                      "server_url": "https://example.com",
+                                      "require_approval": "always"})
+
+
+async def test_a_sticky_hosted_approval_out_of_policy_lets_no_later_request_through(tmp_path):
+    """Regression (adversarial trial): alice, whom the policy does not allow, approves h-1
+    sticky; the SDK answers h-2 itself from that approval (no pause, no callback). The
+    guard's check of the model input answers it with the rejection."""
+    sent: list[tuple[str, Any]] = []
+    agent = Agent(name="ops", tools=[_hosted_tool()], model=_hosted_model(["h-1", "h-2"], sent))
+    recorder = el.Recorder(tmp_path / "L", policy=_policy(
+        tmp_path, 'version = 1\n[[tools]]\nmatch = "lookup"\napprovers = ["bob"]\n'))
+    state = (await recorder.run(agent, "go")).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver="alice", always=True)
+    await recorder.run(agent, state)
+    assert sent == [("h-1", False), ("h-2", False)]
+    assert [(e["body"]["call_id"], e["body"]["code"]) for e in _entries(tmp_path / "L", "denied")
+            ] == [("h-1", "approver"), ("h-2", "approver")]
+    assert _verify(tmp_path / "L").ok
+
+
+async def test_a_hosted_approval_on_the_context_alone_is_answered_with_a_rejection(tmp_path):
+    from agents import RunContextWrapper, ToolApprovalItem
+
+    sent: list[tuple[str, Any]] = []
+    agent = Agent(name="ops", tools=[_hosted_tool()], model=_hosted_model(["h-1"], sent))
+    context: Any = RunContextWrapper(context=None)
+    context.approve_tool(ToolApprovalItem(agent=agent, raw_item=HOSTED_REQUEST),
+                         always_approve=True)
+    await el.Recorder(tmp_path / "L", policy=_policy(tmp_path, BASE.replace("refund", "lookup"))
+                      ).run(agent, "go", context=context)
+    assert sent == [("h-1", False)]
+    (denied,) = _entries(tmp_path / "L", "denied")
+    assert denied["body"]["code"] == "no_approval"
+    assert _verify(tmp_path / "L").ok
+
+
+@pytest.mark.parametrize(("approver", "answer"), [("alice", False), ("bob", True)])
+async def test_a_hosted_request_of_an_agent_tool_is_judged_when_its_run_resumes(
+        tmp_path, approver, answer):
+    """Regression (adversarial trial): the approval of a nested agent's hosted request is
+    kept on the agent tool's own state; the guard judges it when that run resumes."""
+    scripted, kinds = load_example("scripted_models"), load_example("call_kinds")
+    sent: list[tuple[str, Any]] = []
+    inner = Agent(name="inner", tools=[_hosted_tool()], model=_hosted_model(["h-1"], sent))
+
+    def outer_respond(items: Any) -> list[Any]:
+        if not any(_field(i, "type") == "function_call_output" for i in items):
+            return [kinds.function_call("ask_inner", '{"input": "look"}', "k-inner")]
+        return [kinds.message("outer done")]
+
+    outer = Agent(name="outer", tools=[inner.as_tool(tool_name="ask_inner",
+                                                     tool_description="asks inner")],
+                  model=scripted.responding_model(outer_respond, 4))
+    recorder = el.Recorder(tmp_path / "L", policy=_policy(
+        tmp_path, 'version = 1\n[[tools]]\nmatch = "lookup"\napprovers = ["bob"]\n'))
+    state = (await recorder.run(outer, "go")).to_state()
+    recorder.approve(state, state.get_interruptions()[0], approver=approver)
+    await recorder.run(outer, state)
+    assert sent == [("h-1", answer)]
+    verdicts = [(e["kind"], e["body"]["scope"]) for e in _entries(tmp_path / "L")
+                if e["kind"] in ("allowed", "denied")]
+    assert verdicts == [("allowed" if answer else "denied", ["ask_inner:k-inner"])]
+    assert _verify(tmp_path / "L").ok

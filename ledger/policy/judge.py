@@ -15,7 +15,9 @@ ancestor of it (a decision naming no run state counts; one naming a state counts
 that state's first ``run_state`` entry precedes it: an ``adopted`` state's approval made
 before the adoption does not), shown the call's arguments digest, not followed by a
 ``reject`` decision in force, nor by a ``revocation`` of the call, not older than the
-rule's ``max_age``, by an approver the rule allows, and, when the rule says ``signed``,
+rule's ``max_age``, by an approver the rule allows (never one the recorder only read off
+the SDK's run context, :data:`~evidence_ledger.format.entries.CONTEXT_APPROVER`), and,
+when the rule says ``signed``,
 carrying an ``approval_signature`` that verifies with the key the policy names for its
 approver; and the call's arguments keep the rule's constraints.
 """
@@ -30,7 +32,7 @@ from typing import Any, NamedTuple
 
 import rfc8785
 
-from evidence_ledger.format.entries import Entry
+from evidence_ledger.format.entries import CONTEXT_APPROVER, Entry
 from evidence_ledger.policy.model import Policy, ToolRule
 from evidence_ledger.tlog.note import Verifier
 
@@ -217,7 +219,10 @@ def judge(
         if d.decision != "approve" or d.seq < last_reject:
             continue
         revoked = facts.revoked_after(run_id, call_id, d.seq)
-        if d.args_digest not in (None, args_digest):
+        if d.approver == CONTEXT_APPROVER:
+            refused.append(("no_approval", f"the approval at seq {d.seq} was read off the run "
+                            "context, not made through the ledger"))
+        elif d.args_digest not in (None, args_digest):
             refused.append(("other_arguments", f"the approval at seq {d.seq} was shown other "
                             "arguments than the call has"))
         elif revoked is not None:

@@ -7,7 +7,8 @@ default agent runner (``agents.run.get_default_agent_runner()``), with the run h
 ``ToolContext`` naming the tool call (every release since 0.20). So before each leg the
 recorder makes the default runner a :class:`RecordingRunner` wrapping whatever runner was
 the default (the SDK's extension point for this; an app that sets its own default runner
-later is wrapped again at the next leg). It changes nothing of a run but its hooks:
+later is wrapped again at the next leg). It changes nothing of a run but its hooks (and,
+under a guard policy, what the guard changes: docs/ENFORCEMENT.md):
 
 - a run of the agent of the calling agent's agent tool that a ``ToolContext`` names, given
   that call's ``ToolContext``, runs in a leg in the scope of that call (edge
@@ -31,10 +32,15 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
+from agents import RunState
 from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
 from agents.tool_context import ToolContext
 
-from evidence_ledger.record.integrations.hooks import RecordingRunHooks
+from evidence_ledger.record.integrations.hooks import RecordingRunHooks, pending_call_owners
+from evidence_ledger.record.integrations.hosted_guard import (
+    answer_resumed_requests,
+    check_model_input,
+)
 from evidence_ledger.record.integrations.legs import CURRENT_LEG, entered
 from evidence_ledger.record.integrations.published import committed_executions
 
@@ -51,6 +57,7 @@ class RecordingRunner(AgentRunner):
     async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
         placed, kwargs = _placed(starting_agent, kwargs)
         with placed:
+            _resuming(input)
             try:
                 return await self.inner.run(starting_agent, input, **kwargs)
             finally:
@@ -62,6 +69,7 @@ class RecordingRunner(AgentRunner):
     def run_streamed(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
         placed, kwargs = _placed(starting_agent, kwargs)
         with placed:  # the SDK's run task copies the context variables as they are here
+            _resuming(input)
             return self.inner.run_streamed(starting_agent, input, **kwargs)
 
     def run_sync(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
@@ -80,7 +88,23 @@ def _placed(
     if edge is None:
         return entered(None), kwargs
     nested = replace(leg, scope=(*leg.scope, edge))
-    return entered(nested), {**kwargs, "hooks": RecordingRunHooks(hooks)}
+    kwargs = {**kwargs, "hooks": RecordingRunHooks(hooks)}
+    if leg.policy is not None:
+        kwargs["run_config"] = check_model_input(kwargs.get("run_config"))
+    return entered(nested), kwargs
+
+
+def _resuming(input: Any) -> None:
+    """Before an agent-tool run of a guarded leg resumes its agent's ``RunState``
+    ``input``: note who made the calls it waits on, in its scope, and let the guard answer
+    its hosted MCP requests
+    (:func:`~evidence_ledger.record.integrations.hosted_guard.answer_resumed_requests`)."""
+    leg = CURRENT_LEG.get()
+    if leg is None or not leg.scope or leg.policy is None or not isinstance(input, RunState):
+        return
+    for (_, call_id), owner in pending_call_owners(input).items():
+        leg.call_owners.setdefault((leg.scope, call_id), owner)
+    answer_resumed_requests(leg, input)
 
 
 def _agent_tool_edge(starting_agent: Any, context: Any) -> str | None:

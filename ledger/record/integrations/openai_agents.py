@@ -156,7 +156,10 @@ from evidence_ledger.record.integrations.hooks import (
     pending_response_calls,
     reachable_agents,
 )
-from evidence_ledger.record.integrations.hosted_guard import answer_resumed_requests
+from evidence_ledger.record.integrations.hosted_guard import (
+    answer_resumed_requests,
+    check_model_input,
+)
 from evidence_ledger.record.integrations.legs import Leg, entered
 from evidence_ledger.record.integrations.native_calls import pending_native_calls
 from evidence_ledger.record.integrations.nested_runs import install_runner
@@ -348,6 +351,7 @@ class Recorder:
                                  "input guardrails before approval")
             install_guard([*reachable_agents(agent), *reachable_agents(starting_agent(
                 agent, input))], policy)
+            kwargs["run_config"] = check_model_input(kwargs.get("run_config"))
         answers = getattr(kwargs.get("run_config"), "tool_not_found_behavior",
                           None) == "return_error_to_model"
         install_runner()
