@@ -381,7 +381,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app and turn errors into exit codes once.
 
     ``--verbose`` may stand anywhere on the line. Usage errors exit 2; a
-    :class:`LedgerError` exits with its own code; anything else is an internal error (1).
+    :class:`LedgerError` exits with its own code; an ``OSError`` no layer turned into one
+    (a failed system call: EIO, ENOSPC) exits 1 as a storage error does; anything else is
+    an internal error (1).
     """
     verbose, args = _split_verbose(sys.argv[1:] if argv is None else list(argv))
     if sys.stderr is None:  # closed: errors go nowhere, exit codes still tell
@@ -399,6 +401,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout = stdout
 
 
+def _system_error(exc: OSError) -> str:
+    """One line for a failed system call: what failed, on which file, as the OS says."""
+    where = f" on {os.fsdecode(exc.filename)!r}" if exc.filename is not None else ""
+    return f"a system call failed{where}: {exc.strerror or exc} (errno {exc.errno})"
+
+
 def _run(args: list[str], verbose: bool) -> NoReturn:
     try:
         code = _command().main(args=args, prog_name="evidence-ledger", standalone_mode=False)
@@ -413,6 +421,12 @@ def _run(args: list[str], verbose: bool) -> NoReturn:
             output.discard_stdout()
         output.stderr.print(f"evidence-ledger: error: {exc}", highlight=False, markup=False)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the system failed a call (EIO, ENOSPC...): not our bug
+        if verbose:
+            traceback.print_exc()
+        output.stderr.print(f"evidence-ledger: error: {_system_error(exc)}", highlight=False,
+                            markup=False)
+        sys.exit(1)
     except Exception as exc:
         if verbose:
             traceback.print_exc()

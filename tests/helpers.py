@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import os
+import shutil
+import subprocess
 import sys
 import zlib
 from collections.abc import Callable
@@ -71,3 +74,21 @@ def forge_entry(ledger: Path, seq: int, edit: Callable[[bytes], bytes]) -> None:
     data[end : end + 4] = zlib.crc32(forged).to_bytes(4, "big")
     log.write_bytes(bytes(data))
 
+
+
+def require_strace() -> str:
+    """The path of ``strace``, where it runs and may trace (ptrace allowed); otherwise the
+    test is skipped, naming why, except on CI (``CI`` set), where it fails."""
+    import pytest
+
+    strace = shutil.which("strace")
+    why = "strace is not installed"
+    if strace is not None:
+        probe = subprocess.run([strace, "-qq", "-e", "trace=none", "true"],
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0:
+            return strace
+        why = f"strace cannot trace here: {probe.stderr.strip()[:200]}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{why} (CI installs strace and must run this test)")
+    pytest.skip(why)

@@ -5,6 +5,7 @@ entries in front of the damage."""
 
 import functools
 import hashlib
+import io
 import json
 import tempfile
 import zlib
@@ -20,7 +21,7 @@ from evidence_ledger.format import encoding
 from evidence_ledger.format.entries import decode_entry
 from evidence_ledger.format.errors import EncodingError, IngestError
 from evidence_ledger.format.framing import Record, frame, scan_bytes
-from evidence_ledger.record.ingest import ingest_file, parse_events
+from evidence_ledger.record.ingest import ingest_file, read_events
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.findings import INTEGRITY, Finding
@@ -206,6 +207,11 @@ def test_verifier_good_entries_in_random_groups(more):
 
 
 # -- the ingest parser: every event back, or the first failing line named -----------------
+
+
+def parse_events(data: bytes) -> list[tuple[int, dict[str, Any]]]:
+    """Every (line number, event) of JSONL ``data``, as ingest reads them."""
+    return list(read_events(io.BytesIO(data)))
 
 
 def _check_parse(data: bytes) -> None:

@@ -2,9 +2,15 @@
 
 import json
 import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from evidence_ledger.storage.ledger_dir import Ledger
-from tests.helpers import ingest, run_cli
+from tests.helpers import ingest, require_strace, run_cli
 
 
 def _ingested(tmp_path):
@@ -84,3 +90,92 @@ def test_redaction_overwrites_the_payloads_bytes_where_they_are_stored(tmp_path)
                    "--reason", "erasure").code == 0
     assert not stored.exists()
     assert other_link.read_bytes() == bytes(len(secret)) != secret
+
+
+def _payload_of_call(ledger):
+    call = json.loads(run_cli("log", "--ledger", str(ledger), "--kind", "call", "--json").out)[0]
+    return call["body"]["args_payload"]
+
+
+def test_a_redaction_cut_short_after_the_overwrite_is_finished_by_running_it_again(tmp_path):
+    _ingested(tmp_path)
+    digest = _payload_of_call(tmp_path)
+    raw = bytes.fromhex(digest[7:])
+    assert Ledger(tmp_path).payloads.scrub(raw)  # zeroed and synced, then the process died
+    cut = json.loads(run_cli("verify", "--ledger", str(tmp_path), "--json").out)
+    assert cut["ok"], cut["violations"]  # marked as being erased: a notice names it
+    assert any("redaction cut short" in n and digest in n for n in cut["notices"])
+    (marker,) = (tmp_path / "payloads").glob("*/*.erasing")
+    marker.unlink()  # without its marker, a zeroed payload is a changed one
+    assert run_cli("verify", "--ledger", str(tmp_path)).code == 1
+    marker.touch()
+    again = run_cli("redact", "--ledger", str(tmp_path), "--digest", digest, "--reason", "r")
+    assert again.code == 0, again.err
+    assert Ledger(tmp_path).payloads.get(raw) is None
+    assert not list((tmp_path / "payloads").glob("*/*.erasing"))
+    assert run_cli("verify", "--ledger", str(tmp_path)).code == 0
+
+
+def test_redact_overwrites_and_syncs_the_payload_before_it_appends_the_entry(tmp_path):
+    """Under ``strace -P`` (the payload file and ``log.bin``): the payload's every byte is
+    overwritten with zeros and synced, then the ``redaction`` entry is written to the log
+    and synced, then the payload file is removed."""
+    strace = require_strace()
+    ledger = tmp_path / "L"
+    _ingested(ledger)
+    digest = _payload_of_call(ledger)
+    payload = Path(Ledger(ledger).payloads._path(bytes.fromhex(digest[7:])))
+    size = os.path.getsize(payload)
+    log = tmp_path / "trace.txt"
+    done = subprocess.run(
+        [strace, "-f", "-qq", "-y", "-P", str(payload), "-P", str(ledger / "log.bin"),
+         "-e", "trace=write,pwrite64,fsync,fdatasync,unlink,unlinkat", "-o", str(log),
+         str(Path(sys.executable).parent / "evidence-ledger"), "redact", "--ledger", str(ledger),
+         "--digest", digest, "--reason", "r"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    steps = []
+    for line in log.read_text().splitlines():
+        match = re.search(r"(\w+)\((\d+<([^>]*)>|\"([^\"]*)\")?.*= (-?\d+)", line)
+        if match:
+            target = match.group(3) or match.group(4) or ""
+            steps.append((match.group(1), "payload" if target.endswith(payload.name)
+                          else "log" if target.endswith("log.bin") else target,
+                          int(match.group(5))))
+    zeroed = sum(n for call, where, n in steps if call == "pwrite64" and where == "payload")
+    assert zeroed == size, steps
+    order = [(call, where) for call, where, _ in steps if call != "pwrite64"]
+    assert order == [("fsync", "payload"), ("write", "log"), ("fsync", "log"),
+                     ("unlink", "payload")], steps
+
+
+def test_after_redact_the_secret_is_not_on_the_file_system_image(tmp_path):
+    """On a loop-mounted ext4 image (where this test may mount one): after ``redact``,
+    ``sync`` and unmounting, the payload's bytes are nowhere in the image."""
+    image, mount = tmp_path / "fs.img", tmp_path / "mnt"
+    mount.mkdir()
+    for command in (["truncate", "-s", "32M", str(image)],
+                    ["mkfs.ext4", "-q", "-F", str(image)],
+                    ["mount", "-o", "loop", str(image), str(mount)]):
+        try:
+            made = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            pytest.skip(f"{command[0]} is not installed")
+        if made.returncode != 0:
+            pytest.skip(f"cannot make or mount an ext4 image here: {made.stderr.strip()}")
+    secret = f"card-{os.urandom(12).hex()}"
+    events = tmp_path / "events.jsonl"  # outside the image
+    events.write_text(json.dumps({"kind": "call", "call_id": "c", "agent": "a", "tool": "t",
+                                  "arguments": json.dumps({"card": secret})}) + "\n")
+    try:
+        assert run_cli("ingest", str(events), "--ledger", str(mount / "L")).code == 0
+        subprocess.run(["sync"], check=True)
+        assert secret.encode() in image.read_bytes()  # stored: the search finds it
+        digest = _payload_of_call(mount / "L")
+        done = run_cli("redact", "--ledger", str(mount / "L"), "--digest", digest,
+                       "--reason", "r")
+        assert done.code == 0, done.err
+    finally:
+        subprocess.run(["sync"], check=False)
+        subprocess.run(["umount", str(mount)], check=True, timeout=60)
+    assert secret.encode() not in image.read_bytes()  # 32 MiB

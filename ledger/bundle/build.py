@@ -69,6 +69,7 @@ from evidence_ledger.format.errors import EncodingError, EvidenceError, StorageE
 from evidence_ledger.format.framing import Damage, Record
 from evidence_ledger.record.checkpointing import create_checkpoint
 from evidence_ledger.storage.checkpoint_store import CheckpointStore, StoredCheckpoint
+from evidence_ledger.storage.fsutil import close_fd
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.tree_store import TreeStore
 from evidence_ledger.tlog.checkpoint import Checkpoint, verify_checkpoint
@@ -524,7 +525,7 @@ def write_bundle(path: str | os.PathLike[str], data: bytes, private: bool = Fals
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
-            os.close(fd)
+            close_fd(fd)
         os.link(tmp, target)  # fails if the target appeared meanwhile: never replaced
     except FileExistsError as exc:
         raise UsageError(f"{target} exists; choose another --out") from exc

@@ -270,3 +270,4 @@ class PayloadStatus(Enum):
     OK = "ok"
     MISSING = "missing"
     MISMATCH = "mismatch"
+    ERASING = "erasing"  # changed or gone under a redaction cut short (its marker is there)

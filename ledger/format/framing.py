@@ -21,6 +21,7 @@ records' bytes (:func:`evidence_ledger.storage.log_proofs.log_leaf_hashes`).
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import struct
@@ -242,13 +243,33 @@ def scan_stream(fh: BinaryIO, size: int, offset: int = 0, index: int = 0) -> Ite
 
 def _zeros_to_the_end(head: bytes, fh: BinaryIO) -> bool:
     """True when ``head`` and the rest of ``fh`` hold nothing but zero bytes; reads
-    :data:`READ_SIZE` bytes at a time, so memory stays bounded whatever the tail's size."""
-    chunk = head
-    while chunk:
-        if chunk.count(0) != len(chunk):
-            return False
+    :data:`READ_SIZE` bytes at a time, so memory stays bounded whatever the tail's size,
+    and skips the holes of a sparse file unread (``SEEK_DATA``, where the file has a
+    descriptor and the system the call)."""
+    if head.count(0) != len(head):
+        return False
+    while True:
+        _skip_hole(fh)
         chunk = fh.read(READ_SIZE)
-    return True
+        if not chunk:
+            return True
+        if chunk != _ZEROS[: len(chunk)]:
+            return False
+
+
+def _skip_hole(fh: BinaryIO) -> None:
+    """Move ``fh`` past the hole it stands in, if any (a hole reads as zero bytes)."""
+    try:
+        fd, here = fh.fileno(), fh.tell()
+        fh.seek(os.lseek(fd, here, os.SEEK_DATA))
+    except OSError as exc:  # ENXIO: nothing but holes to the end
+        if exc.errno == errno.ENXIO:
+            fh.seek(0, os.SEEK_END)
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # no descriptor: read on
+        pass
+
+
+_ZEROS = bytes(READ_SIZE)
 
 
 def scan_bytes(data: bytes) -> Iterator[ScanItem]:

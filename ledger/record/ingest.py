@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from evidence_ledger.format import schemas
 from evidence_ledger.format.digests import parse_strict_json, to_text
 from evidence_ledger.format.errors import IngestError, UsageError
 from evidence_ledger.format.framing import MAX_RECORD
 from evidence_ledger.record.writer import EvidenceWriter, Interruption
-from evidence_ledger.storage.files import read_input
+from evidence_ledger.storage.files import open_input
 
 DEFAULT_RUN_ID = "default"
 SCHEMA = "ingest-event"
 MAX_LINE = MAX_RECORD
 """Longest line taken, in bytes (an entry holds at most
 :data:`evidence_ledger.format.framing.MAX_RECORD`)."""
+_CHUNK = 1 << 20  # bytes read at a time
 MAX_PROBLEM = 200
 """Most characters of a problem quoted in an error (a schema error may echo a huge value)."""
 
@@ -49,20 +50,20 @@ class IngestResult:
     last_seq: int
 
 
-def parse_events(data: bytes) -> list[tuple[int, dict[str, Any]]]:
-    """Parse and validate JSONL ``data``; return (line number, event) pairs.
+def read_events(fh: BinaryIO, digest: Any = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Parse and validate the JSONL file ``fh`` as it is read (1 MiB at a time, one line
+    held at a time); yield (line number, event) pairs. ``digest`` (a ``hashlib`` object),
+    if given, is updated with every byte read. Memory is bounded by :data:`MAX_LINE`,
+    whatever the file's size.
 
     Blank lines are skipped (they still count for line numbers).
 
     Raises:
-        IngestError: at the first line that is longer than :data:`MAX_LINE`, not UTF-8,
-            not strict JSON (duplicate keys, NaN and Infinity are refused), or fails the
-            ingest schema.
+        IngestError: at the first line that is longer than :data:`MAX_LINE` (found
+            before it is read whole), not UTF-8, not strict JSON (duplicate keys, NaN and
+            Infinity are refused), or fails the ingest schema.
     """
-    events = []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if len(raw) > MAX_LINE:
-            raise _line_error(number, f"{len(raw)} bytes, longer than the limit of {MAX_LINE}")
+    for number, raw in _lines(fh, digest):
         if not raw.strip():
             continue
         try:
@@ -74,8 +75,30 @@ def parse_events(data: bytes) -> list[tuple[int, dict[str, Any]]]:
         problem = schemas.first_error(SCHEMA, event) or _not_storable(event)
         if problem is not None:
             raise _line_error(number, problem)
-        events.append((number, event))
-    return events
+        yield number, event
+
+
+def _lines(fh: BinaryIO, digest: Any) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the newline) of every line of ``fh``, the last one too
+    (empty after a final newline); a line past :data:`MAX_LINE` bytes raises as soon as
+    that many are read."""
+    number, pending, held = 1, bytearray(), 0
+    while chunk := fh.read(_CHUNK):
+        if digest is not None:
+            digest.update(chunk)
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end == -1 else chunk[start:end]
+            held += len(piece)
+            if held > MAX_LINE:
+                raise _line_error(number, f"longer than the limit of {MAX_LINE} bytes")
+            pending += piece
+            if end == -1:
+                break
+            yield number, bytes(pending)
+            number, pending, held, start = number + 1, bytearray(), 0, end + 1
+    yield number, bytes(pending)
 
 
 def _line_error(number: int, problem: object) -> IngestError:
@@ -162,30 +185,33 @@ def _append(writer: EvidenceWriter, event: dict[str, Any]) -> None:
 
 
 def ingest_file(writer: EvidenceWriter, path: Path, *, again: bool = False) -> IngestResult:
-    """Validate the JSONL file at ``path`` whole, then append it atomically.
+    """Validate the JSONL file at ``path`` whole, then append it atomically: two passes,
+    each reading one line at a time (the second checks the file's bytes did not change).
 
     Raises:
         UsageError: if the file cannot be read, or was ingested before and ``again`` is
             False.
-        IngestError: if a line fails (see :func:`parse_events`); nothing is appended.
+        IngestError: if a line fails (see :func:`read_events`); nothing is appended.
         StorageError: if the append fails; nothing is appended.
     """
-    data = read_input(path)
-    events = parse_events(data)
-    if not events:
+    digest = hashlib.sha256()
+    with open_input(path) as fh:
+        count = sum(1 for _ in read_events(fh, digest))  # the whole file checked first
+    if not count:
         raise IngestError(f"{path}: no events", 0)
-    digest = hashlib.sha256(data).digest()
     with writer.atomic():
-        if writer.already_ingested(digest) and not again:
-            raise UsageError(
-                f"{path} ({to_text(digest)}) was ingested before; pass --again to ingest it again"
-            )
-        first = writer.size
-        for number, event in events:
-            try:
-                _append(writer, event)
-            except UsageError as exc:
-                raise _line_error(number, exc) from exc
+        if writer.already_ingested(digest.digest()) and not again:
+            raise UsageError(f"{path} ({to_text(digest.digest())}) was ingested before; pass "
+                             "--again to ingest it again")
+        first, again_digest = writer.size, hashlib.sha256()
+        with open_input(path) as fh:
+            for number, event in read_events(fh, again_digest):
+                try:
+                    _append(writer, event)
+                except UsageError as exc:
+                    raise _line_error(number, exc) from exc
+        if again_digest.digest() != digest.digest():  # nothing of the group is appended
+            raise UsageError(f"{path} changed while it was being ingested; nothing appended")
         last = writer.size
-        writer.ingest_marker(file_sha256=digest, lines=len(events), name=Path(path).name)
-    return IngestResult(digest, len(events), first, last)
+        writer.ingest_marker(file_sha256=digest.digest(), lines=count, name=Path(path).name)
+    return IngestResult(digest.digest(), count, first, last)

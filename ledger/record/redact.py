@@ -1,10 +1,12 @@
 """Redaction: erase one payload without breaking a single hash, proof or checkpoint.
 
 Entries hold only payload digests, so erasing a payload file changes no entry. The
-``redaction`` entry is appended first (durable intent), then the file is removed; a crash
-in between leaves a recorded redaction whose payload still exists, and running the same
-redaction again finishes it without a second entry. A payload already erased under its
-redaction is refused; one recorded again after its redaction is redacted anew.
+payload's bytes are overwritten with zeros where they are stored and synced first, then the
+``redaction`` entry is appended, then the file is removed (:func:`redact` says what a crash
+in between leaves, and how running it again finishes it). A payload already erased under its
+redaction is refused; one recorded again after its redaction is redacted anew. No software
+erase reaches blocks an SSD remaps, copy-on-write and snapshotting file systems, backups,
+or other links to the file.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class Redaction:
     Attributes:
         seq: seq of the ``redaction`` entry that covers the payload.
         appended: True when that entry was appended now; False when an earlier
-            redaction, interrupted before its erase, was finished.
+            redaction, interrupted before its file was removed, was finished.
         erased: True when a payload file was removed (False: it was already gone).
     """
 
@@ -45,14 +47,19 @@ def _last_mentions(ledger: Ledger, digest: bytes) -> tuple[int | None, int | Non
 
 
 def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = None) -> Redaction:
-    """Record a ``redaction`` entry for ``digest`` (unless one recorded after the last
-    entry naming it already covers it) and erase that payload.
+    """Erase the payload ``digest`` and record a ``redaction`` entry for it (unless one
+    recorded after the last entry naming it already covers it), in this order: its bytes
+    overwritten with zeros where they are stored and synced, then the entry appended
+    durably, then its file removed. A redaction cut short before its entry leaves the
+    zeroed payload, which ``verify`` reports as changed, and running it again finishes it;
+    cut short after its entry, running it again removes the file without a second entry.
 
     Raises:
         UsageError: if no entry names that payload, ``reason`` is empty, or the payload
             is already redacted (its redaction recorded and its file gone): nothing is
             appended.
-        StorageError: if the entry cannot be appended or the file cannot be removed.
+        StorageError: if the payload cannot be overwritten (nothing is appended), the entry
+            cannot be appended, or the file cannot be removed.
     """
     ledger = writer.ledger
     ledger.require_exists()
@@ -63,14 +70,16 @@ def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = 
         if named is None:
             raise UsageError(f"no entry names payload sha256:{digest.hex()}")
         appended = redacted is None or redacted < named
+        stored = ledger.payloads.scrub(digest)
+        if not (appended or stored):
+            raise UsageError(f"payload sha256:{digest.hex()} is already redacted "
+                             f"(seq {redacted})")
         if appended:
             writer.redaction(digest=digest, reason=reason, by=by)
             redacted = writer.size - 1
     assert redacted is not None
     try:
-        erased = ledger.payloads.erase(digest)
+        erased = ledger.payloads.remove(digest)
     except StorageError as exc:
         raise StorageError(f"redaction recorded, but {exc}") from exc
-    if not (appended or erased):
-        raise UsageError(f"payload sha256:{digest.hex()} is already redacted (seq {redacted})")
     return Redaction(redacted, appended, erased)

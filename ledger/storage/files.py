@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from evidence_ledger.format.errors import UsageError
 
@@ -22,24 +23,41 @@ def read_input(path: str | os.PathLike[str], limit: int | None = None,
         UsageError: if it is missing, not a regular file (a directory, FIFO or device,
             which could block or never end), too large, or unreadable (one line naming it).
     """
+    with open_input(path, None if limit is not None else largest, what) as fh:
+        try:
+            return fh.read(limit if limit is not None else min(largest, MAX_INPUT) + 1)
+        except OSError as exc:  # a file that grew meanwhile: its size says so
+            raise UsageError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc
+
+
+def open_input(path: str | os.PathLike[str], largest: int | None = MAX_INPUT,
+               what: str = "input") -> BinaryIO:
+    """The regular input file at ``path``, open for reading in binary. A file over
+    ``largest`` bytes (at most :data:`MAX_INPUT`; None: any size) is refused before
+    anything of it is read.
+
+    Raises:
+        UsageError: as :func:`read_input`.
+    """
     try:
-        with open(path, "rb", opener=open_nonblocking) as fh:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise UsageError(f"{os.fspath(path)} is not a regular file")
-            if limit is not None:
-                return fh.read(limit)
-            largest = min(largest, MAX_INPUT)
-            if info.st_size > largest:
-                raise UsageError(f"{os.fspath(path)} is {info.st_size} bytes, larger than the "
-                                 f"largest {what} ({largest} bytes)")
-            return fh.read(largest + 1)  # a file that grew meanwhile: its size says so
+        fh = open(path, "rb", opener=open_nonblocking)  # noqa: SIM115 (the caller closes it)
     except FileNotFoundError as exc:
         raise UsageError(f"{os.fspath(path)} not found") from exc
     except IsADirectoryError as exc:
         raise UsageError(f"{os.fspath(path)} is a directory, not a file") from exc
     except OSError as exc:
         raise UsageError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"{os.fspath(path)} is not a regular file")
+        if largest is not None and info.st_size > min(largest, MAX_INPUT):
+            raise UsageError(f"{os.fspath(path)} is {info.st_size} bytes, larger than the "
+                             f"largest {what} ({min(largest, MAX_INPUT)} bytes)")
+    except BaseException:
+        fh.close()
+        raise
+    return fh
 
 
 def open_nonblocking(path: str, flags: int) -> int:

@@ -1,13 +1,13 @@
 """Files in a ledger directory that the ledger did not write.
 
 Everything under a ledger directory is the ledger's own: ``log.bin``, ``writer.lock``,
-``payloads/`` (shard folders of two hex digits holding files named by their SHA-256, and
-the temporary files a crash may leave), ``torn/`` (cut torn tails), ``checkpoints/``
-(checked by the checkpoint audit), ``tree/`` (the tile cache), ``repairs/`` (session
-repair markers) and the default index, ``index.duckdb`` with its companions. Anything else
-was put there by someone else: :func:`foreign_files` names it, so that ``verify`` can say
-so (a file left in ``payloads/`` is never read as evidence, but nobody should take it for
-some).
+``payloads/`` (shard folders of two hex digits holding files named by their SHA-256, the
+temporary files a crash may leave, and the markers of payloads being erased), ``torn/``
+(cut torn tails), ``checkpoints/`` (checked by the checkpoint audit), ``tree/`` (the tile
+cache), ``repairs/`` (session repair markers) and the default index, ``index.duckdb``
+with its companions. Anything else was put there by someone else: :func:`foreign_files`
+names it, so that ``verify`` can say so (a file left in ``payloads/`` is never read as
+evidence, but nobody should take it for some).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _TOP = frozenset({LOG_NAME, LOCK_NAME, PAYLOAD_DIR, TORN_DIR, CHECKPOINT_DIR, TR
                   "repairs"})  # repairs/: the session doctor's (a later stage) markers
 _INDEX = "index.duckdb"  # and index.duckdb.wal, .lock, .state, .tmp
 _SHARD = re.compile(r"[0-9a-f]{2}")
-_PAYLOAD = re.compile(r"([0-9a-f]{2})[0-9a-f]{62}(\.\d+\.tmp)?")
+_PAYLOAD = re.compile(r"([0-9a-f]{2})[0-9a-f]{62}(\.\d+\.tmp|\.erasing)?")
 _SPOOL = re.compile(r"\.\d+-\d+\.tmp")
 _TORN = re.compile(r"\d{12}-\d+\.bin")
 

@@ -15,6 +15,18 @@ from pathlib import Path
 from evidence_ledger.format.errors import LockTimeout, StorageError
 
 
+def close_fd(fd: int) -> None:
+    """Close the descriptor ``fd``, ignoring an error close reports (EIO, EINTR).
+
+    Linux releases the descriptor whatever ``close`` returns, so retrying would close one
+    another thread just opened (close(2), "Dealing with error returns from close()"). Every
+    byte this package needs durable is synced (``fsync``, ``fdatasync`` or ``syncfs``)
+    before its file is closed, or the write fails there: a failed close loses nothing.
+    """
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 def fsync_path(path: str | os.PathLike[str]) -> None:
     """``fsync`` a file or directory by path (a directory: to make new entries durable).
 
@@ -25,7 +37,7 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
     try:
         os.fsync(fd)
     finally:
-        os.close(fd)
+        close_fd(fd)
 
 
 class NotRegularFileError(OSError):
@@ -70,7 +82,7 @@ def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: i
                 os.fspath(path),
             )
     except BaseException:
-        os.close(fd)
+        close_fd(fd)
         raise
     return fd
 
@@ -136,4 +148,4 @@ def file_lock(
                     time.sleep(0.005)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        close_fd(fd)  # closing releases the lock

@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 from evidence_ledger.format.errors import StorageError, UsageError
+from evidence_ledger.storage.fsutil import close_fd
 from evidence_ledger.storage.log_store import LOG_NAME
 from evidence_ledger.tlog.note import KeyFormatError, Signer, is_valid_name
 
@@ -152,7 +153,7 @@ def load_signer(path: str | os.PathLike[str]) -> Signer:
     except OSError as exc:
         raise UsageError(f"cannot read key file {path}: {exc.strerror}") from exc
     finally:
-        os.close(fd)
+        close_fd(fd)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

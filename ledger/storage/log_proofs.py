@@ -33,6 +33,7 @@ from evidence_ledger.format.framing import (
     split_frames,
 )
 from evidence_ledger.storage.checkpoint_store import CheckpointStore
+from evidence_ledger.storage.fsutil import close_fd
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.tree_store import TiledTree, TreeStore, TreeStoreError
 from evidence_ledger.tlog.merkle import EMPTY_ROOT, LEAF_PREFIX, CompactRange, leaf_hash
@@ -266,7 +267,7 @@ def _log_head(ledger: Ledger, sizes: Iterable[int], leaf_index: int | None = Non
     except OSError as exc:
         raise EvidenceError(f"cannot read {ledger.store.path}: {exc.strerror or exc}") from exc
     finally:
-        os.close(fd)
+        close_fd(fd)
     roots[tree.size] = tree.root()
     return _LogHead(tree.size, roots, leaf)
 

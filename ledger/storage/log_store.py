@@ -24,6 +24,7 @@ from evidence_ledger.format.errors import EvidenceError, StorageError
 from evidence_ledger.format.framing import ScanItem, TornTail, frame, scan_stream
 from evidence_ledger.storage.fsutil import (
     NotRegularFileError,
+    close_fd,
     file_lock,
     fsync_path,
     open_regular,
@@ -115,7 +116,7 @@ class FileLogStore:
             if not self.path.exists():
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 os.fsync(fd)
-                os.close(fd)
+                close_fd(fd)
                 fsync_path(self.directory)
         except FileExistsError:
             pass
@@ -200,5 +201,5 @@ class FileLogStore:
                 os.fsync(fd)
             raise StorageError(f"append failed, nothing acknowledged: {exc}") from exc
         finally:
-            os.close(fd)
+            close_fd(fd)
         return start + len(blob)

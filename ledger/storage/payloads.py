@@ -35,6 +35,7 @@ from evidence_ledger.format.digests import PayloadStatus
 from evidence_ledger.format.errors import StorageError
 from evidence_ledger.storage.fsutil import (
     NotRegularFileError,
+    close_fd,
     fsync_path,
     open_regular,
     problem,
@@ -42,6 +43,7 @@ from evidence_ledger.storage.fsutil import (
 )
 
 PAYLOAD_DIR = "payloads"
+_ERASING = ".erasing"  # suffix of the marker of a payload being erased
 _CHECK_CHUNK = 1 << 20  # bytes per read when re-hashing a payload
 
 
@@ -66,7 +68,7 @@ def _syncfs(target: str | int) -> bool:
             raise OSError(code, os.strerror(code))
     finally:
         if isinstance(target, str):
-            os.close(fd)
+            close_fd(fd)
     return True
 
 
@@ -144,7 +146,7 @@ class PayloadStore:
                 while view:
                     view = view[os.write(fd, view):]
             finally:
-                os.close(fd)
+                close_fd(fd)
             os.replace(tmp, target)
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -260,26 +262,57 @@ class PayloadStore:
         except OSError as exc:
             raise StorageError(f"cannot sync: {exc}") from exc
 
-    def erase(self, digest: bytes) -> bool:
-        """Overwrite the payload with this 32-byte digest with zeros where it is stored,
-        sync that, then remove its file, durably; False if it was absent. (What no software
+    def scrub(self, digest: bytes) -> bool:
+        """Mark the payload with this 32-byte digest as being erased (an empty
+        ``<digest>.erasing`` file beside it, made durable), then overwrite its bytes with
+        zeros where they are stored and sync them (``fsync`` of its file), leaving the file
+        in place; False if it is absent. While the marker stands, :meth:`check` says
+        :attr:`PayloadStatus.ERASING` of a payload that no longer matches. (What no software
         erase reaches: blocks an SSD remaps, copy-on-write and snapshotting file systems,
         backups and other links to the file.)
+
+        Raises:
+            StorageError: if the file exists but cannot be marked, overwritten or synced.
+        """
+        path = self._path(digest)
+        try:
+            target = self._checked(digest)
+            if not os.path.lexists(target):
+                return False
+            with contextlib.suppress(FileExistsError):  # a redaction cut short made it
+                close_fd(os.open(f"{target}{_ERASING}", os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                                 | os.O_NOFOLLOW, 0o644))
+            fsync_path(os.path.dirname(target))
+            _overwrite(target)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StorageError(f"cannot overwrite payload {path}: {exc}") from exc
+        return True
+
+    def remove(self, digest: bytes) -> bool:
+        """Remove the file of the payload with this 32-byte digest (after :meth:`scrub`)
+        and its marker, durably (``fsync`` of its folder); False if it was absent.
 
         Raises:
             StorageError: if the file exists but cannot be removed.
         """
         path = self._path(digest)
         try:
-            path = self._checked(digest)
-            _overwrite(path)
-            os.remove(path)
-            fsync_path(os.path.dirname(path))
+            target = self._checked(digest)
+            removed = True
+            try:
+                os.remove(target)
+            except FileNotFoundError:
+                removed = False
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(f"{target}{_ERASING}")
+            fsync_path(os.path.dirname(target))
         except FileNotFoundError:
             return False
         except OSError as exc:
             raise StorageError(f"cannot remove payload {path}: {exc}") from exc
-        return True
+        return removed
 
     def get(self, digest: bytes) -> bytes | None:
         """The payload bytes for ``digest``, or None when absent (never stored or erased).
@@ -294,12 +327,20 @@ class PayloadStore:
 
     def check(self, digest: bytes) -> PayloadStatus:
         """Re-hash the stored payload (streamed, in 1 MiB reads) and compare it with
-        ``digest``.
+        ``digest``: :attr:`PayloadStatus.ERASING` where it is changed or gone and a
+        redaction cut short left its marker (:meth:`scrub`).
 
         A path that exists but is not a readable regular file (a symlink, FIFO, device,
         directory, or unreadable) is a :attr:`PayloadStatus.MISMATCH`: something other
         than the payload sits there; :meth:`problem` says what.
         """
+        status = self._rehash(digest)
+        if status is not PayloadStatus.OK and os.path.lexists(
+                f"{self._path(digest)}{_ERASING}"):
+            return PayloadStatus.ERASING
+        return status
+
+    def _rehash(self, digest: bytes) -> PayloadStatus:
         try:
             fd = open_regular(self._checked(digest))
         except (FileNotFoundError, NotADirectoryError):
@@ -313,14 +354,14 @@ class PayloadStore:
         except OSError:
             return PayloadStatus.MISMATCH
         finally:
-            os.close(fd)
+            close_fd(fd)
         return PayloadStatus.OK if hasher.digest() == digest else PayloadStatus.MISMATCH
 
     def problem(self, digest: bytes) -> str | None:
         """Why the payload file for ``digest`` cannot be read (e.g. "is a symbolic link,
         not a regular file"), or None when it is a readable regular file or absent."""
         try:
-            os.close(open_regular(self._checked(digest)))
+            close_fd(open_regular(self._checked(digest)))
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
@@ -347,4 +388,4 @@ def _overwrite(path: str) -> None:
             done += os.pwrite(fd, zeros[: size - done], done)
         os.fsync(fd)
     finally:
-        os.close(fd)
+        close_fd(fd)

@@ -83,6 +83,7 @@ from evidence_ledger.format.errors import EvidenceError, StorageError, UsageErro
 from evidence_ledger.format.framing import Damage, Record, TornTail, read_frame
 from evidence_ledger.storage.fsutil import (
     NotRegularFileError,
+    close_fd,
     file_lock,
     fsync_path,
     open_regular,
@@ -215,7 +216,7 @@ class NodeFile:
         """Close the file (reads after this fail)."""
         fd, self._fd = self._fd, -1
         if fd >= 0:
-            os.close(fd)
+            close_fd(fd)
 
     def __del__(self) -> None:
         self.close()
@@ -589,7 +590,7 @@ class TreeStore:
         except OSError:
             return 0, 0
         finally:
-            os.close(fd)
+            close_fd(fd)
         if len(raw) != _U64.size:
             return 0, 0
         return _U64.unpack(raw)[0], index
@@ -616,7 +617,7 @@ class TreeStore:
         except FileNotFoundError:
             offsets_fd = -1
         except OSError as exc:
-            os.close(log_fd)
+            close_fd(log_fd)
             raise TreeStoreError(_unreadable(self.offsets_path, exc), self.directory) from exc
         try:
             for index in indices:
@@ -638,9 +639,9 @@ class TreeStore:
                     raise EvidenceError(f"entry {index} cannot be read from the log (run verify)")
                 yield leaf_hash(found.data)
         finally:
-            os.close(log_fd)
+            close_fd(log_fd)
             if offsets_fd >= 0:
-                os.close(offsets_fd)
+                close_fd(offsets_fd)
 
     def log_leaf(self, index: int) -> bytes:
         """Leaf hash SHA-256(0x00 || entry bytes) of entry ``index``, read from the log.
@@ -693,7 +694,7 @@ class TreeStore:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(folder, 0o755, dir_fd=fd)
                 sub = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                os.close(fd)
+                close_fd(fd)
                 fd = sub
             tmp = name + ".tmp"
             with contextlib.suppress(FileNotFoundError):
@@ -712,7 +713,7 @@ class TreeStore:
             raise StorageError(f"cannot write {path}: {exc}") from exc
         finally:
             if fd >= 0:
-                os.close(fd)
+                close_fd(fd)
 
     def _write_state(self, state: TreeState) -> None:
         tmp = self.state_path.with_name(STATE_NAME + ".tmp")
@@ -747,7 +748,7 @@ class TreeStore:
         except OSError:
             return False
         finally:
-            os.close(fd)
+            close_fd(fd)
         return (
             last is not None
             and not last.more

@@ -123,6 +123,7 @@ def verify_records(
     known_calls: set[bytes] = set()
     missing: dict[bytes, int] = {}  # payload digest -> first seq naming it
     redacted: set[bytes] = set()
+    erasing: set[bytes] = set()  # payloads a redaction cut short left marked
 
     def broken(seq: int | None, detail: str) -> None:
         integrity.append(Finding(INTEGRITY, seq, detail))
@@ -170,6 +171,8 @@ def verify_records(
                         broken(seq, f"payload {name} does not match its digest")
                     elif status is PayloadStatus.MISSING:
                         missing.setdefault(digest, seq)
+                    elif status is PayloadStatus.ERASING:
+                        erasing.add(digest)
         if entry.kind == "call":
             known_calls.add(this_hash)
         elif entry.kind == "redaction":
@@ -180,6 +183,11 @@ def verify_records(
             if guard is not None:
                 guard.feed(entry, this_hash)
 
+    if erasing:
+        report.notices.append(
+            f"{len(erasing)} payload(s) overwritten by a redaction cut short before it was "
+            "recorded or finished (run the same redact again to finish it): "
+            + ", ".join(f"sha256:{d.hex()}" for d in sorted(erasing)))
     erased = [d for d in missing if d in redacted]
     if erased:
         report.notices.append(f"{len(erased)} payload(s) redacted (entries and proofs unaffected)")

@@ -1,0 +1,246 @@
+"""Fault injection with ``strace``: each system call of a command that touches the ledger
+fails once with EIO, at every position it is made, one case per run.
+
+For each command (``ingest``, a recorded run, ``redact``, ``checkpoint``, ``export``) and
+each system call of :data:`SYSCALLS`, a first run under ``strace -f -y`` lists the calls
+that name a file of the ledger (or of the export's output); then, for each of their
+positions N (strace counts each system call per thread), the command runs again on a fresh
+copy of the same ledger with ``-e inject=SYSCALL:error=EIO:when=N``. After each case:
+
+- the command exits 0 (the fault did not matter) or, for a CLI command, 1 with its error
+  line (``evidence-ledger: error: ...``: a :class:`~evidence_ledger.LedgerError`, which the
+  CLI prints as one line; never an internal error). Cases run with ``--verbose``, so that a
+  failure shows its traceback;
+- every entry the ledger held before is intact (same seq, same entry hash), and when the
+  command succeeded, every entry it acknowledged is there;
+- ``verify`` finds no integrity violation (a rule about what the agent did may fail when
+  a recorded run was cut short: that is the run's evidence, not damage);
+- the next write succeeds and the ledger still verifies.
+
+``make reliability`` runs every case; ``tests/test_reliability.py`` runs the ``ingest`` and
+``redact`` cases. Where ``strace`` is missing or may not trace, :func:`strace_problem`
+says why and the trial is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
+from evidence_ledger.verify.findings import INTEGRITY, PAYLOAD_MISSING
+
+REPO = Path(__file__).resolve().parent.parent
+
+SYSCALLS = ("write", "pwrite64", "fsync", "fdatasync", "syncfs", "rename", "renameat",
+            "renameat2", "openat", "close", "ftruncate")
+"""The system calls failed (Python's ``os.replace`` is ``rename`` on Linux)."""
+
+INTEGRITY_RULES = frozenset({INTEGRITY, PAYLOAD_MISSING})
+"""Findings that mean the ledger itself is damaged (the others judge the agent's run)."""
+
+_CALL = re.compile(r"^(\d+) +(\w+)\((.*)")
+_PATHS = re.compile(r'"((?:[^"\\]|\\.)*)"|<([^>]*)>')
+
+
+@dataclass
+class Command:
+    """One command under test.
+
+    Attributes:
+        name: as the table shows it.
+        argv: its command line, given the case's folder (the ledger is ``DIR/L``).
+        cli: True for an ``evidence-ledger`` command (held to the one-line error).
+        outputs: folders besides the ledger whose files count as its own (``export``).
+    """
+
+    name: str
+    argv: Callable[[Path], list[str]]
+    cli: bool = True
+    outputs: tuple[str, ...] = ()
+
+
+@dataclass
+class Outcome:
+    """The cases of one command: how many ran, and each failure, named."""
+
+    command: str
+    cases: int = 0
+    failures: list[str] = field(default_factory=list)
+    lost: int = 0
+
+
+def _cli(*args: str) -> Callable[[Path], list[str]]:
+    exe = str(Path(sys.executable).parent / "evidence-ledger")
+    return lambda work: [exe, *(a.replace("{W}", str(work)) for a in args)]
+
+
+COMMANDS = (
+    Command("ingest", _cli("ingest", "{W}/events.jsonl", "--ledger", "{W}/L")),
+    Command("recorded run", lambda work: [
+        sys.executable, str(REPO / "examples" / "approval_flow.py"), "--ledger", f"{work}/L",
+        "--durability", "entry"], cli=False),
+    Command("redact", _cli("redact", "--ledger", "{W}/L", "--digest", "{DIGEST}",
+                           "--reason", "erasure request")),
+    Command("checkpoint", _cli("checkpoint", "--ledger", "{W}/L", "--key", "{W}/log.key")),
+    Command("export", _cli("export", "--ledger", "{W}/L", "--format", "jsonl",
+                           "--out", "{W}/out"), outputs=("out",)),
+)
+
+
+def strace_problem() -> str | None:
+    """Why this machine cannot run the trial (no ``strace``, or ptrace denied); None if it
+    can."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return "strace is not installed"
+    probe = subprocess.run([strace, "-qq", "-e", "trace=none", "true"], capture_output=True,
+                           text=True, timeout=60)
+    if probe.returncode != 0:
+        return f"strace cannot trace here: {probe.stderr.strip()[:200]}"
+    return None
+
+
+def make_template(folder: Path) -> Path:
+    """A folder holding ``L`` (a ledger of the rule vectors' valid run, with a signed
+    checkpoint), ``events.jsonl`` (two more events) and ``log.key``; returns it."""
+    folder.mkdir(parents=True)
+    exe = str(Path(sys.executable).parent / "evidence-ledger")
+    data = REPO / "tests" / "data" / "rules" / "valid.jsonl"
+    for args in (["ingest", str(data), "--ledger", str(folder / "L")],
+                 ["keygen", "--origin", "example.com/faults", "--out", str(folder / "log.key")],
+                 ["checkpoint", "--ledger", str(folder / "L"), "--key", str(folder / "log.key")]):
+        subprocess.run([exe, *args], check=True, capture_output=True, timeout=120)
+    (folder / "events.jsonl").write_text(
+        '{"kind": "call", "run_id": "f", "call_id": "f1", "agent": "a", "tool": "t", '
+        '"arguments": "{\\"n\\": 1}"}\n'
+        '{"kind": "execution", "run_id": "f", "call_id": "f1", "arguments": "{\\"n\\": 1}", '
+        '"result": "done"}\n', encoding="utf-8")
+    return folder
+
+
+def _digest(template: Path) -> str:
+    call = next(Ledger(template / "L").entries())[0]
+    return "sha256:" + call.body["args_payload"].hex()
+
+
+def _argv(command: Command, work: Path, digest: str) -> list[str]:
+    return [a.replace("{DIGEST}", digest) for a in command.argv(work)]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+            "OPENAI_AGENTS_DISABLE_TRACING": "1", "COLUMNS": "200"}
+
+
+def _fresh(template: Path, work: Path) -> None:
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(template, work, symlinks=True)
+
+
+def positions(command: Command, template: Path, work: Path, digest: str,
+              ) -> dict[str, list[int]]:
+    """System call -> the positions (1-based, per thread, as ``when=`` counts) of its calls
+    that name a file under the ledger (or the command's outputs), from one traced run."""
+    _fresh(template, work)
+    trace = work.parent / f"{work.name}.trace"
+    subprocess.run(["strace", "-f", "-qq", "-y", "-e", f"trace={','.join(SYSCALLS)}",
+                    "-o", str(trace), *_argv(command, work, digest)],
+                   capture_output=True, env=_env(), timeout=300, cwd=work)
+    roots = [str(work / "L"), *(str(work / o) for o in command.outputs)]
+    counts: dict[tuple[str, str], int] = {}
+    found: dict[str, set[int]] = {}
+    for line in trace.read_text(errors="replace").splitlines():
+        match = _CALL.match(line)
+        if match is None or "resumed>" in line:
+            continue
+        tid, name, rest = match.groups()
+        n = counts[tid, name] = counts.get((tid, name), 0) + 1
+        paths = [q or a for q, a in _PATHS.findall(rest)]
+        if any(p.startswith(root) for p in paths for root in roots):
+            found.setdefault(name, set()).add(n)
+    return {name: sorted(found[name]) for name in SYSCALLS if name in found}
+
+
+def _integrity(ledger: Path) -> list[str]:
+    report = verify_ledger(Ledger(ledger))
+    return [f"{v.rule} at seq {v.seq}: {v.detail}" for v in report.violations
+            if v.rule in INTEGRITY_RULES]
+
+
+def run_case(command: Command, template: Path, work: Path, digest: str, syscall: str,
+             position: int, before: list[bytes], after: int) -> str | None:
+    """Run one case (see the module docstring): ``before``, the entry hashes of the
+    ledger before it; ``after``, how many entries a run without a fault leaves. None if it
+    held, else what failed."""
+    _fresh(template, work)
+    trace = work.parent / f"{work.name}.injected"
+    done = subprocess.run(
+        ["strace", "-f", "-qq", "-y", "-o", str(trace), "-e", f"trace={syscall}",
+         "-e", f"inject={syscall}:error=EIO:when={position}", *_argv(command, work, digest),
+         *(["--verbose"] if command.cli else [])],
+        capture_output=True, text=True, env=_env(), timeout=300, cwd=work)
+    hit = [line.split(" ", 1)[1] for line in trace.read_text(errors="replace").splitlines()
+           if "(INJECTED)" in line and str(work) in line]
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    failed = _judged_case(command, done, lines, work, before, after)
+    return None if failed is None else f"{failed} [{'; '.join(hit) or 'no ledger call hit'}]"
+
+
+def _judged_case(command: Command, done: subprocess.CompletedProcess[str], lines: list[str],
+                 work: Path, before: list[bytes], after: int) -> str | None:
+    if command.cli and done.returncode not in (0, 1):
+        return f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
+    said = lines[-1] if lines else ""
+    refused = done.returncode == 1 and not said.startswith("evidence-ledger: error: ")
+    if "internal error" in done.stderr or (command.cli and refused):
+        return f"not an error line: {done.stderr.strip()[-1500:]}"
+    present = [h for _, h in Ledger(work / "L").entries()]
+    if present[: len(before)] != before:
+        return "entries held before the command changed or are gone"
+    if done.returncode == 0 and len(present) < after:  # entries carry their time: count
+        return f"exit 0, but {after - len(present)} acknowledged entries are missing"
+    damage = _integrity(work / "L")
+    if damage:
+        return f"integrity after the fault: {damage[0]}"
+    try:
+        EvidenceWriter(work / "L").run_end(run_id="next", status="completed")
+    except Exception as exc:
+        return f"next write failed: {type(exc).__name__}: {exc}"
+    damage = _integrity(work / "L")
+    if damage:
+        return f"integrity after the next write: {damage[0]}"
+    return None
+
+
+def run_command(command: Command, template: Path, scratch: Path,
+                progress: Callable[[str], None] | None = None) -> Outcome:
+    """Every case of ``command`` (see the module docstring)."""
+    work, digest = scratch / "case", _digest(template)
+    outcome = Outcome(command.name)
+    before = [h for _, h in Ledger(template / "L").entries()]
+    _fresh(template, work)
+    subprocess.run(_argv(command, work, digest), capture_output=True, env=_env(), timeout=300,
+                   cwd=work, check=True)
+    after = sum(1 for _ in Ledger(work / "L").entries())
+    for syscall, found in positions(command, template, work, digest).items():
+        for position in found:
+            outcome.cases += 1
+            failed = run_case(command, template, work, digest, syscall, position, before,
+                              after)
+            if failed is not None:
+                outcome.failures.append(f"{command.name}, {syscall} #{position}: {failed}")
+                outcome.lost += "missing" in failed or "changed" in failed
+            if progress is not None:
+                progress(f"{command.name}: {syscall} #{position}: "
+                         f"{'ok' if failed is None else failed}")
+    return outcome

@@ -1,0 +1,89 @@
+"""Hostile input costs no memory in proportion to its size: each reader streams and checks
+its limit before it reads past it. Each case runs in a fresh process and compares its peak
+RSS with the same process given a small, valid input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.workload import build_ledger
+from tests.helpers import DATA
+
+_PEAK = """
+import sys
+from pathlib import Path
+{body}
+print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")))
+"""
+
+
+def peak_rss_kb(body: str, *args: str) -> tuple[int, str]:
+    """Peak RSS (KiB, ``VmHWM``: ``ru_maxrss`` may count the parent's before ``exec``) of a
+    fresh interpreter that runs ``body`` (``sys.argv[1:]`` = ``args``), and the last line
+    it printed before the figure."""
+    done = subprocess.run([sys.executable, "-c", _PEAK.format(body=body), *args],
+                          capture_output=True, text=True, timeout=600, check=True)
+    *said, peak = done.stdout.strip().splitlines()
+    return int(peak), said[-1] if said else ""
+
+
+_INGEST = """
+from evidence_ledger import Ledger, LedgerError
+try:
+    Ledger(sys.argv[1], create=True).ingest(sys.argv[2])
+    print("ingested")
+except LedgerError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize(("name", "fill", "expected"), [
+    ("one 256 MiB line", None, "longer than the limit of 16777216 bytes"),
+    ("32 MiB of blank lines", b"\n", "no events"),
+])
+def test_ingest_reads_a_huge_input_in_bounded_memory(tmp_path, name, fill, expected):
+    small, huge = tmp_path / "small.jsonl", tmp_path / "huge.jsonl"
+    small.write_bytes((DATA / "rules" / "valid.jsonl").read_bytes())
+    if fill is None:
+        with open(huge, "wb") as fh:  # zeros, no newline: one line (sparse, read as zeros)
+            fh.truncate(256 << 20)
+    else:
+        huge.write_bytes(fill * (32 << 20))
+    base, said = peak_rss_kb(_INGEST, str(tmp_path / "L1"), str(small))
+    assert said == "ingested"
+    peak, said = peak_rss_kb(_INGEST, str(tmp_path / "L2"), str(huge))
+    assert expected in said, said
+    assert peak - base < 48 << 10, (name, base, peak)  # was the input's size, or more
+
+
+_VERIFY = """
+import time
+from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.verify.audit import verify_ledger
+report = verify_ledger(Ledger(Path(sys.argv[1])), payloads=False)
+print(report.ok, report.tree_size, any("torn tail" in n for n in report.notices))
+"""
+
+
+def test_verify_of_a_log_with_a_1_gib_zero_tail_holds_its_memory(tmp_path):
+    """A 10^5-entry log, then the same log with 1 GiB of zeros after it (sparse, as a
+    crash on some file systems leaves it): ``verify``'s peak RSS within 1.2x."""
+    build_ledger(tmp_path / "L", 100_000)
+    base, said = peak_rss_kb(_VERIFY, str(tmp_path / "L"))
+    assert said == "True 100000 False"
+    with open(tmp_path / "L" / "log.bin", "r+b") as log:
+        log.truncate(log.seek(0, 2) + (1 << 30))
+    peak, said = peak_rss_kb(_VERIFY, str(tmp_path / "L"))
+    assert said == "True 100000 True"
+    assert peak <= 1.2 * base, (base, peak)
+
+
+def test_the_peak_helper_sees_memory_a_process_holds():
+    """The helper above can fail: a process that holds 64 MiB peaks that much higher."""
+    base, _ = peak_rss_kb("print('small')")
+    peak, said = peak_rss_kb("held = bytearray(64 << 20)\nheld[::4096] = b'x' * (16 << 10)\n"
+                             "print('big')")
+    assert said == "big" and peak - base >= 60 << 10, (base, peak)
