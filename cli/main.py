@@ -217,7 +217,9 @@ def trace(
             "call_id": call_id, "entries": timeline,
             "violations": [v.to_json() for v in found.violations],
             "lineage": [
-                {"run_id": run, "states": [root.to_json() for root in roots]}
+                {"run_id": run, "states": [
+                    {**node.to_json(), "depth": depth}
+                    for root in roots for depth, node in root.walk()]}
                 for run, roots in found.lineage.items()
             ],
         })

@@ -531,3 +531,13 @@ def test_a_symlinked_folder_is_never_read_or_written_through(tmp_path, folder):
     cli("ingest", str(events), "--ledger", str(book))
     cli("checkpoint", "--ledger", str(book), "--key", str(key))
     assert sorted(p.name for p in outside.rglob("*")) == before  # nothing written outside
+
+
+def test_inclusion_refuses_an_entry_that_does_not_decode(tmp_path):
+    """Regression (hostile-input audit): an entry whose bytes are not MessagePack (its CRC-32
+    recomputed, no checkpoint covering it) got an inclusion proof and exit 0."""
+    ingest(tmp_path)
+    forge_entry(tmp_path, 5, lambda data: b"\xc1" + data[1:])
+    refused = run_cli("inclusion", "--ledger", str(tmp_path), "--seq", "5")
+    assert refused.code == 1 and "entry 5 does not decode" in refused.err, refused.err
+    assert run_cli("inclusion", "--ledger", str(tmp_path), "--seq", "6").code == 0

@@ -141,8 +141,22 @@ def test_non_utf8_is_malformed():
 
 
 def test_sixteen_signatures_are_accepted():
-    data = GO["text"] + "\n" + (SIG_LINE + "\n") * 16
-    assert len(open_note(data.encode(), PETER).verified) == 1  # repeats count once
+    others = "".join(f"— witness{i}.example " + base64.b64encode(bytes([i]) * 68).decode() + "\n"
+                     for i in range(15))  # unknown keys: ignored
+    opened = open_note((GO["text"] + "\n" + others + SIG_LINE + "\n").encode(), PETER)
+    assert (len(opened.verified), len(opened.unverified)) == (1, 15)
+
+
+def test_every_line_of_a_known_key_is_verified_and_a_repeated_line_refused():
+    """Regression (hostile-input audit): only the first line of a key was verified, so a
+    bad second line passed, and one line twice was accepted."""
+    name, rest = SIG_LINE.removeprefix("— ").split(" ")
+    raw = base64.b64decode(rest)
+    bad = f"— {name} " + base64.b64encode(raw[:4] + bytes(64)).decode()
+    with pytest.raises(InvalidSignatureError):
+        open_note((GO["text"] + "\n" + SIG_LINE + "\n" + bad + "\n").encode(), PETER)
+    with pytest.raises(MalformedNoteError, match="is repeated"):
+        open_note((GO["text"] + "\n" + (SIG_LINE + "\n") * 2).encode(), PETER)
 
 
 def test_tampered_text_fails_the_known_key():

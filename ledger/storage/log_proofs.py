@@ -24,11 +24,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.format.entries import decode_entry
+from evidence_ledger.format.errors import EncodingError, EvidenceError, UsageError
 from evidence_ledger.format.framing import (
     HEADER_SIZE,
     Damage,
     TornTail,
+    read_frame,
     scan_stream,
     split_frames,
 )
@@ -376,7 +378,40 @@ def prove_inclusion_checked(
         verify_inclusion(index, size, leaf, path, root)
         return InclusionProof(index, size, leaf, root, tuple(path))
 
-    return _from_store(book, make, notice)
+    proof = _from_store(book, make, notice)
+    _check_entry(book, index, leaf)
+    return proof
+
+
+def _check_entry(ledger: Ledger, index: int, leaf: bytes) -> None:
+    """Refuse to prove entry ``index`` (whose leaf hash the log gives as ``leaf``) when its
+    bytes are not a canonical entry at that seq: a proof of bytes that are not evidence
+    proves nothing anyone asked. Reads the entry where the tree store says it is; where
+    that is not the leaf, by walking the log's frame headers.
+
+    Raises:
+        EvidenceError: if the entry does not decode, or names another seq.
+    """
+    store = TreeStore(ledger)
+    try:
+        data = next(store.log_records([index]))
+    except (EvidenceError, StopIteration):
+        data = b""
+    if leaf_hash(data) != leaf:
+        fd = ledger.store.open_fd()
+        try:
+            found = read_frame(fd, 0, index)
+        finally:
+            close_fd(fd)
+        data = found.data if found is not None else b""
+    try:
+        entry = decode_entry(data)
+    except EncodingError as exc:
+        raise EvidenceError(f"entry {index} does not decode ({exc}): no proof is made of "
+                            "it (run verify)") from None
+    if entry.seq != index:
+        raise EvidenceError(f"the entry at seq {index} says seq {entry.seq}: no proof is "
+                            "made of it (run verify)")
 
 
 def prove_consistency_checked(

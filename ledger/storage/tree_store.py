@@ -596,7 +596,16 @@ class TreeStore:
         return _U64.unpack(raw)[0], index
 
     def log_leaves(self, indices: Iterable[int]) -> Iterator[bytes]:
-        """Leaf hashes SHA-256(0x00 || entry bytes) of entries ``indices``, read from the log.
+        """Leaf hashes SHA-256(0x00 || entry bytes) of entries ``indices``, read from the log
+        (:meth:`log_records`).
+
+        Raises:
+            as :meth:`log_records`.
+        """
+        return map(leaf_hash, self.log_records(indices))
+
+    def log_records(self, indices: Iterable[int]) -> Iterator[bytes]:
+        """The bytes of entries ``indices``, read from the log.
 
         Each costs two positioned reads: the entry's offset from ``offsets.bin``, then
         its frame (:func:`evidence_ledger.format.framing.read_frame`); an entry the store
@@ -637,21 +646,11 @@ class TreeStore:
                     )
                 if found is None:
                     raise EvidenceError(f"entry {index} cannot be read from the log (run verify)")
-                yield leaf_hash(found.data)
+                yield found.data
         finally:
             close_fd(log_fd)
             if offsets_fd >= 0:
                 close_fd(offsets_fd)
-
-    def log_leaf(self, index: int) -> bytes:
-        """Leaf hash SHA-256(0x00 || entry bytes) of entry ``index``, read from the log.
-
-        See :meth:`log_leaves`: O(1) reads for an entry the store covers.
-
-        Raises:
-            EvidenceError: if the entry is missing or damaged in the log.
-        """
-        return next(iter(self.log_leaves([index])))
 
     # -- updating ------------------------------------------------------------------
 

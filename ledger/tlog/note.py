@@ -462,8 +462,12 @@ def open_note(data: bytes, verifiers: Sequence[Verifier]) -> OpenedNote:
     Returns:
         The note with its verified and (ignored) unverified signatures.
 
+    Every signature line by a given key is verified (C2SP: "verifiers MUST verify the
+    signature"), not only its first; a line repeated word for word is refused.
+
     Raises:
-        MalformedNoteError: if the note is not well-formed.
+        MalformedNoteError: if the note is not well-formed, or repeats a signature line of
+            a given key.
         InvalidSignatureError: if a signature by a given key does not verify.
         UnverifiedNoteError: if no signature is by a given key.
         KeyFormatError: if two verifiers share a name and key ID but not the key.
@@ -479,11 +483,13 @@ def open_note(data: bytes, verifiers: Sequence[Verifier]) -> OpenedNote:
             if sig not in unverified:
                 unverified.append(sig)
             continue
-        if any((s.name, s.key_id) == (sig.name, sig.key_id) for s in verified):
-            continue  # a repeated signature by one key counts once
-        if not v.verify(message, sig.signature):
+        if sig in verified:
+            raise MalformedNoteError(f"the signature line of {sig.name}+{sig.key_id:08x} "
+                                     "is repeated")
+        if not v.verify(message, sig.signature):  # every line of a known key: MUST verify
             raise InvalidSignatureError(sig.name, sig.key_id)
-        verified.append(sig)
+        if all((s.name, s.key_id) != (sig.name, sig.key_id) for s in verified):
+            verified.append(sig)
     if not verified:
         signed_by = ", ".join(f"{s.name}+{s.key_id:08x}" for s in unverified) or "nobody"
         given = ", ".join(f"{v.name}+{v.key_id:08x}" for v in known.values()) or "none"

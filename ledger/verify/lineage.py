@@ -115,14 +115,9 @@ class StateNode:
             stack.extend((at + 1, child) for child in reversed(node.children))
 
     def to_json(self) -> dict[str, Any]:
-        """JSON form (digests as ``sha256:<hex>``), children nested (built without
-        recursion, deepest first)."""
-        built: dict[int, dict[str, Any]] = {}
-        for _, node in reversed(list(self.walk())):
-            built[id(node)] = node._own_json([built.pop(id(c)) for c in node.children])
-        return built[id(self)]
-
-    def _own_json(self, children: list[dict[str, Any]]) -> dict[str, Any]:
+        """JSON form of this state alone (digests as ``sha256:<hex>``): its children name it
+        as their ``parent`` (a tree is listed flat, as :meth:`walk` gives it, so that no
+        reader needs to nest as deep as the longest chain of states)."""
         return {
             "state_id": self.state_id, "run_id": self.run_id, "parent": self.parent,
             "recorded": self.recorded,
@@ -137,7 +132,6 @@ class StateNode:
                  "scope": list(b.scope), "detail": b.detail}
                 for b in self.bound
             ],
-            "children": children,
         }
 
 
