@@ -5,6 +5,9 @@ tests in ``tests/test_reliability.py`` run the same trials at the sizes the issu
 for in ``make test``. Each trial returns a :class:`Trial` row.
 
 Usage: python -m benchmarks.reliability [--kills N] [--writers N] [--per-writer N]
+
+The strace trials (:mod:`benchmarks.fault_injection`) run where ``strace`` may trace; where
+it may not, the reason is printed and they are left out.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from benchmarks import fault_injection
 from evidence_ledger.format.errors import StorageError
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -217,6 +221,27 @@ def concurrency_trial(directory: Path, writers: int, per_writer: int, group: int
     return trial
 
 
+def strace_trials(directory: Path, commands: tuple[str, ...] | None = None) -> list[Trial]:
+    """One row per command of :mod:`benchmarks.fault_injection`: every system call that
+    touches the ledger failed once with EIO, at every position (``commands``: only those,
+    by name). Empty, with the reason printed, where ``strace`` cannot run."""
+    problem = fault_injection.strace_problem()
+    if problem is not None:
+        print(f"fault injection skipped: {problem}", file=sys.stderr)
+        return []
+    template = fault_injection.make_template(directory / "template")
+    trials = []
+    for command in fault_injection.COMMANDS:
+        if commands is not None and command.name not in commands:
+            continue
+        outcome = fault_injection.run_command(command, template, directory)
+        trials.append(Trial(f"strace EIO into {command.name}",
+                            f"{len(fault_injection.SYSCALLS)} system calls, each position",
+                            outcome.cases, outcome.lost, len(outcome.failures),
+                            outcome.failures[0] if outcome.failures else ""))
+    return trials
+
+
 def print_table(trials: list[Trial]) -> None:
     """Print the results table (markdown, so it can be pasted into README)."""
     print("| trial | load held | attempts | entries lost | other failures |")
@@ -238,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         trials.append(kill_trial(Path(tmp) / "kill", args.kills))
         trials.append(fault_trial(Path(tmp) / "fault"))
         trials.append(concurrency_trial(Path(tmp) / "conc", args.writers, args.per_writer))
+        trials += strace_trials(Path(tmp) / "strace")
     print_table(trials)
     return 1 if any(t.lost or t.failures for t in trials) else 0
 
