@@ -42,9 +42,11 @@ test-fast: lint
 reliability: $(STAMP)
 	$(BIN)/python -m benchmarks.reliability
 
-## fuzz: every parser fuzz test with 10^5 inputs each (make test runs 10^3)
+## fuzz: 10^5 mutated inputs into every parser (table: internal errors, hangs, peak RSS),
+## then the parser property tests at 10^4 inputs each (make test runs 10^3)
 fuzz: $(STAMP)
-	FUZZ_EXAMPLES=100000 OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -m "not release_matrix" -k fuzz
+	$(BIN)/python -m benchmarks.fuzz_table --inputs 100000
+	FUZZ_EXAMPLES=10000 OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -n 2 -m "not release_matrix" -k fuzz
 
 ## bench: every benchmark (never part of make test); table on stdout, benchmarks/results.json
 bench: $(STAMP)

@@ -113,6 +113,68 @@ def kill_trial(directory: Path, kills: int, seed: int = 1) -> Trial:
     return trial
 
 
+def _events_file(directory: Path, events: int) -> Path:
+    """A JSONL file of ``events`` call events (arguments of 1-2 KiB), for ``ingest``."""
+    path = directory / "events.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for n in range(events):
+            arguments = json.dumps({"n": n, "blob": "x" * (1024 + n % 1024)})
+            fh.write(json.dumps({"kind": "call", "run_id": "kill", "call_id": f"k{n}",
+                                 "agent": "a", "tool": "t", "arguments": arguments}) + "\n")
+    return path
+
+
+PROCESS_KILLS = {
+    "ingest": (lambda folder, events: [
+        str(Path(sys.executable).parent / "evidence-ledger"), "ingest", str(events),
+        "--again", "--ledger", str(folder)], 0.3, 1.4),
+    "recorded run": (lambda folder, events: [
+        sys.executable, str(Path(__file__).resolve().parent.parent / "examples"
+                            / "approval_flow.py"), "--ledger", str(folder)], 0.8, 3.2),
+}
+"""Trial name -> (command line given the ledger and an events file, earliest and latest
+kill, seconds after the start: the span in which it appends)."""
+
+
+def process_kill_trial(directory: Path, name: str, kills: int, seed: int = 1,
+                       per_ledger: int = 25) -> Trial:
+    """SIGKILL ``kills`` runs of the command :data:`PROCESS_KILLS` names, each at a random
+    moment of the span in which it appends (a fresh ledger every ``per_ledger`` kills).
+
+    After each kill: every entry the ledger held before it is intact, entries of a run that
+    finished are there, ``verify`` finds no integrity violation (a cut-short recorded run
+    may break a rule about the agent's run: its evidence, not damage), and the next run
+    writes on.
+    """
+    command, earliest, latest = PROCESS_KILLS[name]
+    rng = random.Random(seed)
+    events = _events_file(directory, 400)
+    env = {**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    trial = Trial(f"SIGKILL mid-{name}", "", kills)
+    held, finished = 0, 0
+    for kill in range(kills):
+        folder = directory / f"L{kill // per_ledger}"
+        before = [h for _, h in Ledger(folder).entries()] if folder.exists() else []
+        proc = subprocess.Popen(command(folder, events), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env)
+        time.sleep(rng.uniform(earliest, latest))
+        proc.send_signal(signal.SIGKILL)
+        finished += proc.wait() == 0
+        present = [h for _, h in Ledger(folder).entries()] if folder.exists() else []
+        held = max(held, len(present))
+        trial.lost += sum(1 for a, b in zip(before, present, strict=False) if a != b)
+        trial.lost += max(0, len(before) - len(present))
+        if folder.exists():
+            damage = [v for v in verify_ledger(Ledger(folder), payloads=True).violations
+                      if v.rule in fault_injection.INTEGRITY_RULES]
+            if damage:
+                trial.failures += 1
+                trial.detail = trial.detail or f"kill {kill}: {damage[0].detail}"
+    trial.load = (f"{finished} runs finished before their kill, ledgers of up to {held} "
+                  "entries")
+    return trial
+
+
 @contextmanager
 def _fault(patches: dict[str, Any]) -> Iterator[None]:
     """Apply ``patches`` (target -> side-effect callable, or plain value) together."""
@@ -255,12 +317,18 @@ def main(argv: list[str] | None = None) -> int:
     """Run every trial at full size; exit 1 if anything was lost or failed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=200)
+    parser.add_argument("--process-kills", type=int, default=500,
+                        help="SIGKILLs of each of ingest and a recorded run")
     parser.add_argument("--writers", type=int, default=4)
     parser.add_argument("--per-writer", type=int, default=2500)
     args = parser.parse_args(argv)
     trials = []
     with tempfile.TemporaryDirectory() as tmp:
         trials.append(kill_trial(Path(tmp) / "kill", args.kills))
+        for name in PROCESS_KILLS:
+            folder = Path(tmp) / name.replace(" ", "-")
+            folder.mkdir()
+            trials.append(process_kill_trial(folder, name, args.process_kills))
         trials.append(fault_trial(Path(tmp) / "fault"))
         trials.append(concurrency_trial(Path(tmp) / "conc", args.writers, args.per_writer))
         trials += strace_trials(Path(tmp) / "strace")

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from benchmarks import fuzz_table
 from evidence_ledger.format import encoding
 from evidence_ledger.format.entries import decode_entry
 from evidence_ledger.format.errors import EncodingError, IngestError
@@ -336,3 +337,11 @@ def test_hostile_cases_named_by_the_issue(tmp_path, name):
         assert "frame header fails its CRC-32" in checked.out and "FAIL" in checked.out
     else:
         assert "OK" in checked.out
+
+
+@pytest.mark.parametrize("parser", sorted(fuzz_table.PARSERS))
+def test_every_parser_answers_mutated_input_with_its_own_errors(parser):
+    """``make fuzz``'s table at 10^5 inputs per parser; here 500: no internal error, no
+    hang (benchmarks/fuzz_table.py)."""
+    row = fuzz_table.worker(parser, 500, seed=7)
+    assert (row["internal"], row["hangs"]) == (0, 0), row["first"]

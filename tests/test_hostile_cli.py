@@ -535,3 +535,10 @@ def test_no_proof_is_made_from_a_log_that_contradicts_its_signed_checkpoint(tmp_
         result = run_cli(*args, "--ledger", str(ledger))
         assert result.code == 1, (args, result.out)
         assert "contradicts its stored checkpoint 1" in result.err
+
+
+def test_scan_session_on_a_sqlite_column_name_that_is_not_utf8_is_bad_input():
+    """Regression (make fuzz): a mutated SQLiteSession file whose column name is not UTF-8
+    raised UnicodeDecodeError (internal error, exit 1)."""
+    result = run_cli("scan-session", str(DATA / "hostile" / "sqlite-column-not-utf8.db"))
+    assert result.code == 2 and "unreadable SQLite database" in result.err, result.err

@@ -173,7 +173,7 @@ def _read_sqlite(path: Path, session_id: str | None, table: str) -> StoreContent
             rows = conn.execute(query + " ORDER BY session_id, id", params).fetchall()
         finally:
             conn.close()
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, UnicodeDecodeError) as exc:  # schema text that is not UTF-8 too
         raise UsageError(f"{path}: unreadable SQLite database: {exc}") from exc
     contents = StoreContents(path, "sqlite", [], messages_table=table)
     contents.sessions = list(session_rows(rows, contents))
