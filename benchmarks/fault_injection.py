@@ -86,8 +86,9 @@ def _cli(*args: str) -> Callable[[Path], list[str]]:
 COMMANDS = (
     Command("ingest", _cli("ingest", "{W}/events.jsonl", "--ledger", "{W}/L")),
     Command("recorded run", lambda work: [
-        sys.executable, str(REPO / "examples" / "approval_flow.py"), "--ledger", f"{work}/L",
-        "--durability", "entry"], cli=False),
+        sys.executable, str(REPO / "examples" / "guarded_approval.py"), "park", "--ledger",
+        f"{work}/L", "--state", f"{work}/state.json", "--policy", f"{work}/policy.toml"],
+        cli=False),
     Command("redact", _cli("redact", "--ledger", "{W}/L", "--digest", "{DIGEST}",
                            "--reason", "erasure request")),
     Command("checkpoint", _cli("checkpoint", "--ledger", "{W}/L", "--key", "{W}/log.key")),
@@ -111,7 +112,8 @@ def strace_problem() -> str | None:
 
 def make_template(folder: Path) -> Path:
     """A folder holding ``L`` (a ledger of the rule vectors' valid run, with a signed
-    checkpoint), ``events.jsonl`` (two more events) and ``log.key``; returns it."""
+    checkpoint), ``events.jsonl`` (two more events), ``log.key`` and ``policy.toml`` (the
+    guard's, for the recorded run: ``examples/guarded_approval.py park``); returns it."""
     folder.mkdir(parents=True)
     exe = str(Path(sys.executable).parent / "evidence-ledger")
     data = REPO / "tests" / "data" / "rules" / "valid.jsonl"
@@ -119,6 +121,8 @@ def make_template(folder: Path) -> Path:
                  ["keygen", "--origin", "example.com/faults", "--out", str(folder / "log.key")],
                  ["checkpoint", "--ledger", str(folder / "L"), "--key", str(folder / "log.key")]):
         subprocess.run([exe, *args], check=True, capture_output=True, timeout=120)
+    (folder / "policy.toml").write_text('version = 1\n[[tools]]\nmatch = "refund"\n',
+                                        encoding="utf-8")
     (folder / "events.jsonl").write_text(
         '{"kind": "call", "run_id": "f", "call_id": "f1", "agent": "a", "tool": "t", '
         '"arguments": "{\\"n\\": 1}"}\n'
