@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from benchmarks.workload import build_ledger
-from tests.helpers import DATA
+from tests.helpers import DATA, ingest
 
 _PEAK = """
 import sys
@@ -68,17 +68,33 @@ print(report.ok, report.tree_size, any("torn tail" in n for n in report.notices)
 """
 
 
+_NEXT_WRITE = """
+from evidence_ledger.record.writer import EvidenceWriter
+writer = EvidenceWriter(sys.argv[1])
+writer.run_end(run_id="next", status="completed")
+print(writer.size)
+"""
+
+
 def test_verify_of_a_log_with_a_1_gib_zero_tail_holds_its_memory(tmp_path):
     """A 10^5-entry log, then the same log with 1 GiB of zeros after it (sparse, as a
-    crash on some file systems leaves it): ``verify``'s peak RSS within 1.2x."""
+    crash on some file systems leaves it): ``verify``'s peak RSS within 1.2x, and the
+    next writer's, which cuts the tail into ``torn/`` (it read it whole before)."""
     build_ledger(tmp_path / "L", 100_000)
+    written, said = peak_rss_kb(_NEXT_WRITE, str(tmp_path / "L"))
+    assert said == "100001"
     base, said = peak_rss_kb(_VERIFY, str(tmp_path / "L"))
-    assert said == "True 100000 False"
+    assert said == "True 100001 False"
     with open(tmp_path / "L" / "log.bin", "r+b") as log:
         log.truncate(log.seek(0, 2) + (1 << 30))
     peak, said = peak_rss_kb(_VERIFY, str(tmp_path / "L"))
-    assert said == "True 100000 True"
+    assert said == "True 100001 True"
     assert peak <= 1.2 * base, (base, peak)
+    cut, said = peak_rss_kb(_NEXT_WRITE, str(tmp_path / "L"))  # the next writer cuts it
+    assert said == "100002" and cut <= 1.2 * written, (written, cut)
+    (torn,) = (tmp_path / "L" / "torn").iterdir()
+    kept = torn.stat()
+    assert kept.st_size == 1 << 30 and kept.st_blocks * 512 < 1 << 20  # kept, as holes
 
 
 def test_the_peak_helper_sees_memory_a_process_holds():
@@ -87,3 +103,24 @@ def test_the_peak_helper_sees_memory_a_process_holds():
     peak, said = peak_rss_kb("held = bytearray(64 << 20)\nheld[::4096] = b'x' * (16 << 10)\n"
                              "print('big')")
     assert said == "big" and peak - base >= 60 << 10, (base, peak)
+
+
+_VERIFY_EXPORT = """
+from evidence_ledger import Ledger, LedgerError
+try:
+    Ledger(sys.argv[1]).verify_export(sys.argv[2])
+except LedgerError as exc:
+    print(exc)
+"""
+
+
+def test_verify_export_refuses_a_huge_manifest_unread(tmp_path):
+    """Regression (hostile-input audit): ``manifest.json`` was read whole, whatever its
+    size."""
+    ingest(tmp_path / "L")
+    (tmp_path / "out").mkdir()
+    with open(tmp_path / "out" / "manifest.json", "wb") as fh:
+        fh.truncate(512 << 20)  # sparse
+    peak, said = peak_rss_kb(_VERIFY_EXPORT, str(tmp_path / "L"), str(tmp_path / "out"))
+    assert "larger than the largest export manifest" in said, said
+    assert peak < 256 << 10, peak

@@ -48,6 +48,7 @@ from evidence_ledger.format.errors import EvidenceError, StorageError, UsageErro
 from evidence_ledger.index.build import Progress, derive, update_index
 from evidence_ledger.index.db import MAX_TIME_NS, VIEWS, View
 from evidence_ledger.index.query import connect_read_only, raise_if_damaged, rebuilt_if_damaged
+from evidence_ledger.storage.files import read_input
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.log_proofs import log_root
 
@@ -316,6 +317,10 @@ class ExportCheck:
         return not self.problems
 
 
+MAX_MANIFEST_BYTES = 1 << 20
+"""Largest ``manifest.json`` read, in bytes (one holds a line per view: a few KiB)."""
+
+
 def _read_manifest(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory")
@@ -323,7 +328,8 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UsageError(f"{directory} holds no {MANIFEST}: not an export")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(read_input(path, largest=MAX_MANIFEST_BYTES,
+                                         what="export manifest").decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise EvidenceError(f"{MANIFEST} is not JSON (or nested too deeply): {exc}") from exc
     fmt = manifest.get("format") if isinstance(manifest, dict) else None

@@ -133,12 +133,17 @@ def pending_repairs(ledger: Ledger, evidence: Evidence | None = None) -> list[Pe
     found = []
     for path in paths:
         try:
-            doc = json.loads(read_regular(path).decode("utf-8"))  # never a FIFO or device
+            data = read_regular(path, _MAX_MARKER)  # never a FIFO or device
+            doc = json.loads(data.decode("utf-8")) if len(data) <= _MAX_MARKER else None
             doc = doc if isinstance(doc, dict) else None
         except (OSError, ValueError):
             doc = None
         found.append(PendingRepair(path, doc, path.stem in evidence.repair_ids))
     return found
+
+
+_MAX_MARKER = 1 << 20
+"""Largest repair marker read, in bytes (ours hold a few hundred)."""
 
 
 def pending_repair_notices(ledger: Ledger | str | os.PathLike[str] | None) -> list[str]:

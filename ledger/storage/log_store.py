@@ -32,6 +32,7 @@ from evidence_ledger.storage.fsutil import (
 )
 
 LOG_NAME = "log.bin"
+_COPY_CHUNK = 1 << 20  # bytes of a torn tail copied at a time
 LOCK_NAME = "writer.lock"
 TORN_DIR = "torn"
 
@@ -139,7 +140,9 @@ class FileLogStore:
             yield
 
     def cut_torn_tail(self, tail: TornTail) -> Path:
-        """Move a torn tail aside into ``torn/`` and truncate the log (writer lock held).
+        """Move a torn tail aside into ``torn/`` (copied 1 MiB at a time, whatever its
+        size; runs of zeros left as holes of a sparse file) and truncate the log (writer
+        lock held).
 
         Returns the path of the file holding the cut bytes.
 
@@ -150,11 +153,14 @@ class FileLogStore:
         target = torn_dir / f"{tail.offset:012d}-{time.time_ns()}.bin"
         try:
             torn_dir.mkdir(exist_ok=True)
-            with open(self.path, "rb") as src:
+            with open(self.path, "rb") as src, open(target, "wb") as dst:
                 src.seek(tail.offset)
-                cut = src.read()
-            with open(target, "wb") as dst:
-                dst.write(cut)
+                while chunk := src.read(_COPY_CHUNK):
+                    if chunk.count(0) == len(chunk):  # zeros: left a hole, read back as zeros
+                        dst.seek(len(chunk), os.SEEK_CUR)
+                    else:
+                        dst.write(chunk)
+                dst.truncate()  # the size, holes at the end included
                 dst.flush()
                 os.fsync(dst.fileno())
             fsync_path(torn_dir)
