@@ -179,3 +179,40 @@ def test_after_redact_the_secret_is_not_on_the_file_system_image(tmp_path):
         subprocess.run(["sync"], check=False)
         subprocess.run(["umount", str(mount)], check=True, timeout=60)
     assert secret.encode() not in image.read_bytes()  # 32 MiB
+
+
+def test_a_forged_erasing_marker_hides_no_tampered_or_missing_payload(tmp_path):
+    """Regression (adversarial trial): any file named ``<digest>.erasing`` turned a changed
+    or missing payload into a notice. Only zeros beside an empty marker are an erase cut
+    short."""
+    _ingested(tmp_path)
+    digest = _payload_of_call(tmp_path)
+    path = Path(Ledger(tmp_path).payloads._path(bytes.fromhex(digest[7:])))
+    marker = path.with_name(path.name + ".erasing")
+    path.write_bytes(b'{"amount": 3000}')  # tampered
+    marker.touch()
+    tampered = run_cli("verify", "--ledger", str(tmp_path), "--json")
+    assert tampered.code == 1 and "does not match its digest" in tampered.out
+    marker.unlink()
+    marker.mkdir()  # not a marker the ledger makes
+    path.write_bytes(bytes(len(b'{"amount": 3000}')))
+    assert run_cli("verify", "--ledger", str(tmp_path)).code == 1
+    marker.rmdir()
+    path.unlink()  # gone, no redaction entry: lost evidence, marker or not
+    marker.touch()
+    missing = run_cli("verify", "--ledger", str(tmp_path), "--json")
+    assert missing.code == 1 and "payload_missing" in missing.out
+
+
+def test_a_marker_left_after_a_finished_redaction_is_cleared_by_redacting_again(tmp_path):
+    _ingested(tmp_path)
+    digest = _payload_of_call(tmp_path)
+    assert run_cli("redact", "--ledger", str(tmp_path), "--digest", digest,
+                   "--reason", "r").code == 0
+    path = Path(Ledger(tmp_path).payloads._path(bytes.fromhex(digest[7:])))
+    marker = path.with_name(path.name + ".erasing")
+    marker.touch()  # a crash between removing the payload and removing its marker
+    again = run_cli("redact", "--ledger", str(tmp_path), "--digest", digest, "--reason", "r")
+    assert again.code == 2 and "already redacted" in again.err
+    assert not marker.exists()
+    assert run_cli("verify", "--ledger", str(tmp_path)).code == 0

@@ -72,6 +72,7 @@ def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = 
         appended = redacted is None or redacted < named
         stored = ledger.payloads.scrub(digest)
         if not (appended or stored):
+            ledger.payloads.remove(digest)  # a marker a crash left after the removal
             raise UsageError(f"payload sha256:{digest.hex()} is already redacted "
                              f"(seq {redacted})")
         if appended:

@@ -277,8 +277,7 @@ class PayloadStore:
         path = self._path(digest)
         try:
             target = self._checked(digest)
-            if not os.path.lexists(target):
-                return False
+            os.lstat(target)  # absent: FileNotFoundError; unreadable folder: raises
             with contextlib.suppress(FileExistsError):  # a redaction cut short made it
                 close_fd(os.open(f"{target}{_ERASING}", os.O_WRONLY | os.O_CREAT | os.O_EXCL
                                  | os.O_NOFOLLOW, 0o644))
@@ -327,35 +326,49 @@ class PayloadStore:
 
     def check(self, digest: bytes) -> PayloadStatus:
         """Re-hash the stored payload (streamed, in 1 MiB reads) and compare it with
-        ``digest``: :attr:`PayloadStatus.ERASING` where it is changed or gone and a
-        redaction cut short left its marker (:meth:`scrub`).
+        ``digest``: :attr:`PayloadStatus.ERASING` where what is stored is a regular file of
+        nothing but zero bytes and an empty regular marker stands beside it (the state a
+        redaction cut short between its overwrite and its entry leaves; :meth:`scrub`).
 
         A path that exists but is not a readable regular file (a symlink, FIFO, device,
         directory, or unreadable) is a :attr:`PayloadStatus.MISMATCH`: something other
         than the payload sits there; :meth:`problem` says what.
         """
-        status = self._rehash(digest)
-        if status is not PayloadStatus.OK and os.path.lexists(
-                f"{self._path(digest)}{_ERASING}"):
+        status, zeros = self._rehash(digest)
+        if status is PayloadStatus.MISMATCH and zeros and self._marked(digest):
             return PayloadStatus.ERASING
         return status
 
-    def _rehash(self, digest: bytes) -> PayloadStatus:
+    def _marked(self, digest: bytes) -> bool:
+        """Whether the marker of a payload being erased stands for ``digest``: an empty
+        regular file (never through a link)."""
+        try:
+            info = os.lstat(f"{self._path(digest)}{_ERASING}")
+        except OSError:
+            return False
+        return stat.S_ISREG(info.st_mode) and info.st_size == 0
+
+    def _rehash(self, digest: bytes) -> tuple[PayloadStatus, bool]:
+        """What :meth:`check` finds of the bytes, and whether they are all zero (a regular
+        file read to its end)."""
         try:
             fd = open_regular(self._checked(digest))
         except (FileNotFoundError, NotADirectoryError):
-            return PayloadStatus.MISSING
+            return PayloadStatus.MISSING, False
         except OSError:
-            return PayloadStatus.MISMATCH
+            return PayloadStatus.MISMATCH, False
+        zeros = True
         try:
             hasher = hashlib.sha256()
             while chunk := os.read(fd, _CHECK_CHUNK):
                 hasher.update(chunk)
+                zeros = zeros and chunk.count(0) == len(chunk)
         except OSError:
-            return PayloadStatus.MISMATCH
+            return PayloadStatus.MISMATCH, False
         finally:
             close_fd(fd)
-        return PayloadStatus.OK if hasher.digest() == digest else PayloadStatus.MISMATCH
+        return (PayloadStatus.OK if hasher.digest() == digest else PayloadStatus.MISMATCH,
+                zeros)
 
     def problem(self, digest: bytes) -> str | None:
         """Why the payload file for ``digest`` cannot be read (e.g. "is a symbolic link,
