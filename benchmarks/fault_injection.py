@@ -40,8 +40,15 @@ from evidence_ledger.verify.findings import INTEGRITY, PAYLOAD_MISSING
 
 REPO = Path(__file__).resolve().parent.parent
 
+HANG_S = 120
+"""A case still running after this (seconds) is a hang."""
+
+_MISSED = "missed"
+"""What :func:`run_case` says of a case whose fault fell on no ledger file this time
+(strace counts per thread and process; a run may order its calls otherwise)."""
+
 SYSCALLS = ("write", "pwrite64", "fsync", "fdatasync", "syncfs", "rename", "renameat",
-            "renameat2", "openat", "close", "ftruncate")
+            "renameat2", "openat", "close", "ftruncate", "unlink", "unlinkat")
 """The system calls failed (Python's ``os.replace`` is ``rename`` on Linux)."""
 
 INTEGRITY_RULES = frozenset({INTEGRITY, PAYLOAD_MISSING})
@@ -60,22 +67,33 @@ class Command:
         argv: its command line, given the case's folder (the ledger is ``DIR/L``).
         cli: True for an ``evidence-ledger`` command (held to the one-line error).
         outputs: folders besides the ledger whose files count as its own (``export``).
+        did: what its success must have done, given the ledger and the digest it names:
+            None if done, else what is not.
     """
 
     name: str
     argv: Callable[[Path], list[str]]
     cli: bool = True
     outputs: tuple[str, ...] = ()
+    did: Callable[[Path, str], str | None] | None = None
 
 
 @dataclass
 class Outcome:
-    """The cases of one command: how many ran, and each failure, named."""
+    """The cases of one command: how many ran with their fault on a ledger file, how many
+    missed it (counted apart, never as passed), and each failure, named."""
 
     command: str
     cases: int = 0
+    missed: int = 0
     failures: list[str] = field(default_factory=list)
     lost: int = 0
+
+
+def _erased(ledger: Path, digest: str) -> str | None:
+    """None when the payload ``digest`` names (``sha256:<hex>``) is gone, marker too."""
+    left = [p.name for p in (ledger / "payloads" / digest[7:9]).glob(f"{digest[7:]}*")]
+    return f"exit 0, but {', '.join(left)} is still stored" if left else None
 
 
 def _cli(*args: str) -> Callable[[Path], list[str]]:
@@ -90,7 +108,7 @@ COMMANDS = (
         f"{work}/L", "--state", f"{work}/state.json", "--policy", f"{work}/policy.toml"],
         cli=False),
     Command("redact", _cli("redact", "--ledger", "{W}/L", "--digest", "{DIGEST}",
-                           "--reason", "erasure request")),
+                           "--reason", "erasure request"), did=_erased),
     Command("checkpoint", _cli("checkpoint", "--ledger", "{W}/L", "--key", "{W}/log.key")),
     Command("export", _cli("export", "--ledger", "{W}/L", "--format", "jsonl",
                            "--out", "{W}/out"), outputs=("out",)),
@@ -159,7 +177,7 @@ def positions(command: Command, template: Path, work: Path, digest: str,
     trace = work.parent / f"{work.name}.trace"
     subprocess.run(["strace", "-f", "-qq", "-y", "-e", f"trace={','.join(SYSCALLS)}",
                     "-o", str(trace), *_argv(command, work, digest)],
-                   capture_output=True, env=_env(), timeout=300, cwd=work)
+                   capture_output=True, env=_env(), timeout=300, cwd=work, check=True)
     roots = [str(work / "L"), *(str(work / o) for o in command.outputs)]
     counts: dict[tuple[str, str], int] = {}
     found: dict[str, set[int]] = {}
@@ -188,15 +206,25 @@ def run_case(command: Command, template: Path, work: Path, digest: str, syscall:
     held, else what failed."""
     _fresh(template, work)
     trace = work.parent / f"{work.name}.injected"
-    done = subprocess.run(
-        ["strace", "-f", "-qq", "-y", "-o", str(trace), "-e", f"trace={syscall}",
-         "-e", f"inject={syscall}:error=EIO:when={position}", *_argv(command, work, digest),
-         *(["--verbose"] if command.cli else [])],
-        capture_output=True, text=True, env=_env(), timeout=300, cwd=work)
-    hit = [line.split(" ", 1)[1] for line in trace.read_text(errors="replace").splitlines()
-           if "(INJECTED)" in line and str(work) in line]
+    try:
+        done = subprocess.run(
+            ["strace", "-f", "-qq", "-y", "-o", str(trace), "-e", f"trace={syscall}",
+             "-e", f"inject={syscall}:error=EIO:when={position}",
+             *_argv(command, work, digest), *(["--verbose"] if command.cli else [])],
+            capture_output=True, text=True, env=_env(), timeout=HANG_S, cwd=work)
+    except subprocess.TimeoutExpired:
+        done = None
+    injected = [line.split(" ", 1)[1] for line in
+                trace.read_text(errors="replace").splitlines() if "(INJECTED)" in line]
+    hit = [line for line in injected if str(work) in line]
+    if done is None:
+        return f"hung over {HANG_S} s [{'; '.join(injected)}]"
+    if not hit:
+        return _MISSED  # the fault fell outside the ledger, or on no call at all
     lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
     failed = _judged_case(command, done, lines, work, before, after)
+    if failed is None and done.returncode == 0 and command.did is not None:
+        failed = command.did(work / "L", digest)
     return None if failed is None else f"{failed} [{'; '.join(hit) or 'no ledger call hit'}]"
 
 
@@ -205,8 +233,10 @@ def _judged_case(command: Command, done: subprocess.CompletedProcess[str], lines
     if command.cli and done.returncode not in (0, 1):
         return f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
     said = lines[-1] if lines else ""
-    refused = done.returncode == 1 and not said.startswith("evidence-ledger: error: ")
-    if "internal error" in done.stderr or (command.cli and refused):
+    refused = (done.returncode == 1 and not said.startswith("evidence-ledger: error: ")
+               if command.cli else  # a library call fails with one of our errors
+               done.returncode != 0 and not said.startswith("evidence_ledger."))
+    if "internal error" in done.stderr or refused:
         return f"not an error line: {done.stderr.strip()[-1500:]}"
     present = [h for _, h in Ledger(work / "L").entries()]
     if present[: len(before)] != before:
@@ -238,9 +268,12 @@ def run_command(command: Command, template: Path, scratch: Path,
     after = sum(1 for _ in Ledger(work / "L").entries())
     for syscall, found in positions(command, template, work, digest).items():
         for position in found:
-            outcome.cases += 1
             failed = run_case(command, template, work, digest, syscall, position, before,
                               after)
+            if failed == _MISSED:
+                outcome.missed += 1
+                continue
+            outcome.cases += 1
             if failed is not None:
                 outcome.failures.append(f"{command.name}, {syscall} #{position}: {failed}")
                 outcome.lost += "missing" in failed or "changed" in failed

@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import collections
 import contextlib
+import errno
 import functools
 import gc
 import hashlib
@@ -54,7 +55,13 @@ import duckdb
 import pyarrow as pa
 
 from evidence_ledger.format.entries import ZERO_HASH, Entry, decode_checked, entry_hash
-from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
+from evidence_ledger.format.errors import (
+    EvidenceError,
+    LedgerError,
+    LockTimeout,
+    StorageError,
+    UsageError,
+)
 from evidence_ledger.format.framing import Damage, Record, TornTail
 from evidence_ledger.index.check import CheckedBatch
 from evidence_ledger.index.db import (
@@ -490,7 +497,7 @@ def _save_state(target: Path, deriver: Deriver) -> None:
             pickle.dump(deriver, fh, protocol=5)
         os.replace(tmp, path)
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror} (pass --index)") from exc
+        raise index_failed(exc, path) from exc
 
 
 @functools.cache
@@ -552,18 +559,39 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+_PLACE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT,
+                           errno.ENOTDIR, errno.EISDIR})
+_PLACE_TEXTS = ("Permission denied", "Read-only file system", "No such file or directory")
+
+
+def index_failed(exc: Exception, path: Path | None, doing: str = "write") -> LedgerError:
+    """The error for an index that cannot be written (or opened, ``doing``): where the
+    place refuses it (no permission, a read-only file system, no such folder) a
+    :class:`UsageError` that says to pass ``--index`` (exit 2); where the storage fails
+    (EIO, ENOSPC, a commit that did not land) a :class:`StorageError` (exit 1)."""
+    text = one_line(exc)
+    where = f" {path}" if path is not None else ""
+    if getattr(exc, "errno", None) in _PLACE_ERRNOS or any(t in text for t in _PLACE_TEXTS):
+        return UsageError(f"cannot {doing} the index{where}: {text} (pass --index)")
+    return StorageError(f"cannot {doing} the index{where}: {text}")
+
+
 @contextlib.contextmanager
 def index_lock(path: Path, exclusive: bool) -> Iterator[None]:
     """Hold ``<index>.lock``: exclusive while updating, shared while reading.
 
     Raises:
         UsageError: if the lock cannot be taken (time-out, or an unwritable directory).
+        StorageError: if the storage fails opening the lock file (EIO).
     """
     lock = path.with_name(path.name + ".lock")
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(file_lock(lock, exclusive=exclusive))
-        except StorageError as exc:
+        except StorageError as exc:  # EIO opening it: the storage's (exit 1)
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and not isinstance(exc, LockTimeout):
+                raise index_failed(cause, lock, "lock") from exc
             raise UsageError(f"{exc} (pass --index)") from exc
         yield
 
@@ -586,7 +614,7 @@ def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
                 stale.unlink()
         con = duckdb.connect(str(path))
     except (OSError, duckdb.Error) as exc:
-        raise UsageError(f"cannot create index {path}: {one_line(exc)} (pass --index)") from exc
+        raise index_failed(exc, path) from exc
     for statement in SCHEMA:
         con.execute(statement)
     return con
@@ -677,9 +705,12 @@ def update_index(
                 deriver, items = Deriver(), ledger.store.scan()
             assert con is not None
             return _catch_up(con, ledger, deriver, items, meta is None, progress, target)
+        except duckdb.Error as exc:  # a statement or commit that did not land
+            raise index_failed(exc, target) from exc
         finally:
             if con is not None:
-                con.close()
+                with contextlib.suppress(duckdb.Error):
+                    con.close()
 
 
 class _Inserter:
@@ -752,7 +783,7 @@ class _Inserter:
             raise interrupted
         error, self._error = self._error, None
         if isinstance(error, duckdb.Error):
-            raise UsageError(f"cannot write the index: {one_line(error)}") from error
+            raise index_failed(error, None) from error
         if error is not None:
             raise error
 

@@ -23,6 +23,7 @@ from evidence_ledger.format.errors import UsageError
 from evidence_ledger.index.build import (
     Progress,
     checked_index_path,
+    index_failed,
     index_lock,
     is_current,
     refuse_non_regular,
@@ -88,14 +89,15 @@ def connect_read_only(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     no update runs meanwhile.
 
     Raises:
-        UsageError: if the index cannot be opened.
+        UsageError: if the index cannot be opened where it is (StorageError: if its
+            storage fails).
     """
     refuse_non_regular(path)
     with index_lock(path, exclusive=False):
         try:
             con = _open_read_only(path)
         except duckdb.Error as exc:
-            raise UsageError(f"cannot open index {path}: {one_line(exc)}") from exc
+            raise index_failed(exc, path, "open") from exc
         try:
             yield con
         finally:

@@ -148,4 +148,6 @@ def file_lock(
                     time.sleep(0.005)
         yield
     finally:
-        close_fd(fd)  # closing releases the lock
+        with contextlib.suppress(OSError):  # released even if the close below fails
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        close_fd(fd)
