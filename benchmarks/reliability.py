@@ -297,10 +297,12 @@ def strace_trials(directory: Path, commands: tuple[str, ...] | None = None) -> l
         if commands is not None and command.name not in commands:
             continue
         outcome = fault_injection.run_command(command, template, directory)
-        trials.append(Trial(f"strace EIO into {command.name}",
-                            f"{len(fault_injection.SYSCALLS)} system calls, each position",
-                            outcome.cases, outcome.lost, len(outcome.failures),
-                            outcome.failures[0] if outcome.failures else ""))
+        trials.append(Trial(
+            f"strace EIO into {command.name}",
+            f"{len(fault_injection.SYSCALLS)} system calls, every position on a ledger "
+            f"file ({outcome.missed} more missed it and are not counted)",
+            outcome.cases, outcome.lost, len(outcome.failures),
+            outcome.failures[0] if outcome.failures else ""))
     return trials
 
 
