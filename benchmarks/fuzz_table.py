@@ -41,8 +41,9 @@ _TOKENS = (b"\x00", b"\xff", b"\n", b"{", b"}", b"[", b"]", b'"', b",", b":", b"
            b"\xdf\xff\xff\xff\xff", b"\x80" * 3, b"\xe2\x80\x94 ", b"= ", b"[[tools]]\n")
 
 
-class _Hang(Exception):
-    pass
+class _Hang(BaseException):
+    """Raised by the alarm: a BaseException, so that no parser's ``except Exception``
+    turns a hang into one of its documented errors."""
 
 
 def mutate(rng: random.Random, seed: bytes, seeds: list[bytes]) -> bytes:
@@ -117,6 +118,16 @@ def _frames() -> tuple[list[bytes], Callable[[bytes], object]]:
     return [s for s in seeds if s], parse
 
 
+def _entries() -> tuple[list[bytes], Callable[[bytes], object]]:
+    """Entry bytes straight into the canonical decoder: a mutated record of ``log.bin``
+    fails its CRC-32 before the decoder sees it, so the frames row never reaches it."""
+    from evidence_ledger.format.entries import decode_entry
+
+    seeds = [bytes.fromhex(json.loads(p.read_text())["entry_hex"])
+             for p in sorted((VECTORS / "entries").glob("*.json"))]
+    return seeds, decode_entry
+
+
 def _policies() -> tuple[list[bytes], Callable[[bytes], object]]:
     from evidence_ledger.policy.model import parse_policy
 
@@ -189,8 +200,8 @@ def _sqlite_sessions() -> tuple[list[bytes], Callable[[bytes], object]]:
 PARSERS: dict[str, Callable[[], tuple[list[bytes], Callable[[bytes], object]]]] = {
     "ingest JSONL": _ingest, "signed notes": _notes, "proof bundles": _bundles,
     "export manifests": _manifests, "session stores (JSONL dump)": _sessions,
-    "session stores (SQLite)": _sqlite_sessions, "log.bin frames and entries": _frames,
-    "policy files": _policies,
+    "session stores (SQLite)": _sqlite_sessions, "log.bin frames": _frames,
+    "entries (canonical MessagePack)": _entries, "policy files": _policies,
 }
 
 

@@ -177,13 +177,20 @@ def _lineage_line(node: el.StateNode, call_id: str) -> str:
     return f"{node.state_id[:12]}  " + "  ".join(parts)
 
 
+_DEEPEST = 32
+"""Run-state depth past which ``trace`` stops indenting (and prints the depth): the text
+stays linear in a chain's length."""
+
+
 def _print_lineage(forest: dict[str, list[el.StateNode]], call_id: str) -> None:
     for run, roots in forest.items():
         output.stdout.print(output.plain(f"run states of run {run}:"), highlight=False,
                             markup=False)
         for root in roots:
             for depth, node in root.walk():
-                branch = "  " * max(depth - 1, 0) + ("└─ " if depth else "")
+                indent = min(max(depth - 1, 0), _DEEPEST)  # deeper: the depth, in figures
+                branch = "  " * indent + (f"└─[{depth}] " if depth > _DEEPEST + 1 else
+                                          "└─ " if depth else "")
                 output.stdout.print(
                     output.plain(f"  {branch}{_lineage_line(node, call_id)}"),
                     highlight=False, markup=False,

@@ -411,4 +411,6 @@ def test_trace_follows_a_run_state_chain_as_long_as_the_log(tmp_path: Path) -> N
     states = json.loads(result.out)["lineage"][0]["states"]
     assert [(s["state_id"], s["depth"]) for s in states] == [(f"s{i}", i) for i in range(700)]
     assert len(result.out) < 1_000_000, len(result.out)
-    assert run_cli("trace", "c1", "--ledger", ledger).code == 0
+    text = run_cli("trace", "c1", "--ledger", ledger)
+    assert text.code == 0 and "└─[699] " in text.out
+    assert len(text.out) < 250_000, len(text.out)  # indented to every depth: ~500 KB
