@@ -54,6 +54,10 @@ SYSCALLS = ("write", "pwrite64", "fsync", "fdatasync", "syncfs", "rename", "rena
 INTEGRITY_RULES = frozenset({INTEGRITY, PAYLOAD_MISSING})
 """Findings that mean the ledger itself is damaged (the others judge the agent's run)."""
 
+_OUR_ERROR = re.compile(r"(evidence_ledger\.[\w.]*\.|object type name: )(StorageError|"
+                        r"EvidenceError|UsageError|LockTimeout|GuardDenied)\b")
+"""One of our errors, as a traceback's last line names it (or, when the write of that line
+to stderr is the call that failed, as Python's own last words do)."""
 _CALL = re.compile(r"^(\d+) +(\w+)\((.*)")
 _PATHS = re.compile(r'"((?:[^"\\]|\\.)*)"|<([^>]*)>')
 
@@ -216,26 +220,31 @@ def run_case(command: Command, template: Path, work: Path, digest: str, syscall:
         done = None
     injected = [line.split(" ", 1)[1] for line in
                 trace.read_text(errors="replace").splitlines() if "(INJECTED)" in line]
-    hit = [line for line in injected if str(work) in line]
+    roots = [str(work / "L"), *(str(work / o) for o in command.outputs)]
+    hit = [line for line in injected if any(root in line for root in roots)]
     if done is None:
         return f"hung over {HANG_S} s [{'; '.join(injected)}]"
     if not hit:
         return _MISSED  # the fault fell outside the ledger, or on no call at all
     lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-    failed = _judged_case(command, done, lines, work, before, after)
+    outside = len(hit) < len(injected)  # it also landed on a file not the ledger's
+    failed = _judged_case(command, done, lines, work, before, after, outside)
     if failed is None and done.returncode == 0 and command.did is not None:
         failed = command.did(work / "L", digest)
     return None if failed is None else f"{failed} [{'; '.join(hit) or 'no ledger call hit'}]"
 
 
 def _judged_case(command: Command, done: subprocess.CompletedProcess[str], lines: list[str],
-                 work: Path, before: list[bytes], after: int) -> str | None:
+                 work: Path, before: list[bytes], after: int, outside: bool) -> str | None:
+    """What failed in a case that ran (None: it held). ``outside``: the fault also landed
+    on a file outside the ledger (another thread's n-th call: strace counts per thread),
+    where an error not ours is the app's or the SDK's, and only the ledger is judged."""
     if command.cli and done.returncode not in (0, 1):
         return f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
     said = lines[-1] if lines else ""
     refused = (done.returncode == 1 and not said.startswith("evidence-ledger: error: ")
                if command.cli else  # a library call fails with one of our errors
-               done.returncode != 0 and not said.startswith("evidence_ledger."))
+               done.returncode != 0 and not outside and not _OUR_ERROR.search(done.stderr))
     if "internal error" in done.stderr or refused:
         return f"not an error line: {done.stderr.strip()[-1500:]}"
     present = [h for _, h in Ledger(work / "L").entries()]

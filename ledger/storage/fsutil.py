@@ -11,6 +11,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from evidence_ledger.format.errors import LockTimeout, StorageError
 
@@ -25,6 +26,18 @@ def close_fd(fd: int) -> None:
     """
     with contextlib.suppress(OSError):
         os.close(fd)
+
+
+@contextlib.contextmanager
+def reading(fd: int, buffering: int = -1) -> Iterator[BinaryIO]:
+    """The descriptor ``fd`` (open for reading) as a binary file, closed on exit with an
+    error close reports ignored, as :func:`close_fd` does (nothing read can be lost)."""
+    fh = os.fdopen(fd, "rb", buffering=buffering)
+    try:
+        yield fh
+    finally:
+        with contextlib.suppress(OSError):
+            fh.close()
 
 
 def fsync_path(path: str | os.PathLike[str]) -> None:
@@ -99,8 +112,7 @@ def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> byte
         NotRegularFileError: if it is not a regular file.
         OSError: if it cannot be read.
     """
-    fd = open_regular(path)
-    with os.fdopen(fd, "rb") as fh:
+    with reading(open_regular(path)) as fh:
         return fh.read() if limit is None else fh.read(limit + 1)
 
 

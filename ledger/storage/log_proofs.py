@@ -35,7 +35,7 @@ from evidence_ledger.format.framing import (
     split_frames,
 )
 from evidence_ledger.storage.checkpoint_store import CheckpointStore
-from evidence_ledger.storage.fsutil import close_fd
+from evidence_ledger.storage.fsutil import close_fd, reading
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.tree_store import TiledTree, TreeStore, TreeStoreError
 from evidence_ledger.tlog.merkle import EMPTY_ROOT, LEAF_PREFIX, CompactRange, leaf_hash
@@ -231,7 +231,7 @@ def log_leaf_hashes(fd: int, size: int) -> Iterator[bytes]:
             return  # read to the end of the log
     # Something did not check out, or the log ends inside a group: read on from the
     # start of that group as every reader does.
-    with os.fdopen(os.dup(fd), "rb", buffering=1 << 20) as fh:
+    with reading(os.dup(fd), buffering=1 << 20) as fh:
         for item in scan_stream(fh, size, group, index):
             if isinstance(item, TornTail):
                 return

@@ -29,6 +29,7 @@ from evidence_ledger.storage.fsutil import (
     fsync_path,
     open_regular,
     problem,
+    reading,
 )
 
 LOG_NAME = "log.bin"
@@ -101,10 +102,12 @@ class FileLogStore:
             fd = self.open_fd()
         except FileNotFoundError:
             return
-        fh = os.fdopen(fd, "rb", buffering=1 << 20)
-        with fh:
-            size = os.fstat(fh.fileno()).st_size
-            yield from scan_stream(fh, size, offset, index)
+        with reading(fd, buffering=1 << 20) as fh:
+            try:
+                size = os.fstat(fh.fileno()).st_size
+                yield from scan_stream(fh, size, offset, index)
+            except OSError as exc:
+                raise EvidenceError(f"cannot read {self.path}: {problem(exc)}") from exc
 
     def create(self) -> None:
         """Create the ledger directory and an empty log, durably (idempotent).
