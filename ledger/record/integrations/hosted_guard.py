@@ -14,8 +14,7 @@ SDK builds that response, and appends the ``allowed`` or ``denied`` entry durabl
   recorded leg resumes from the state, the guard judges each approved hosted MCP request
   it waits on; denied in ``enforce`` mode, it rejects the request on the state
   (``RunState.reject``, with the policy's message where the SDK takes one) before the SDK
-  reads it (:func:`answer_resumed_requests`).
-
+  reads it (:func:`answer_resumed_requests`);
 - approved any other way the SDK knows (a sticky approval from an earlier request, an
   approval made on the run context before the run): the SDK answers such a request
   itself, with no callback and no pause. A recorded run under a policy gets a
@@ -51,8 +50,7 @@ __all__ = ["answer_callback", "answer_resumed_requests", "check_model_input"]
 
 def _judged(frame: Leg, agent: Any, raw: Any) -> Verdict | None:
     """The guard's verdict on the hosted MCP request ``raw`` of ``agent`` in ``frame``,
-    appended durably; None when it is not one, or no rule of the policy names its tool,
-    or the verdict is ``observe``-only."""
+    appended durably; None when it is not one, or no rule of the policy names its tool."""
     found = native_call(agent, raw)
     if (frame.policy is None or agent is None or found is None
             or item_field(raw, "type") != "mcp_approval_request"):
@@ -62,8 +60,7 @@ def _judged(frame: Leg, agent: Any, raw: Any) -> Verdict | None:
     rule = frame.policy.rule(name, tool)
     if rule is None:
         return None
-    verdict = guard_call(frame, rule, call_id, name, tool, arguments, rejects=True)
-    return None if rule.mode == "observe" else verdict
+    return guard_call(frame, rule, call_id, name, tool, arguments, rejects=True)
 
 
 def _denied(frame: Leg, call_id: str) -> bool:
@@ -110,24 +107,23 @@ def answer_resumed_requests(frame: Leg, state: Any) -> None:
         items = list(state.get_interruptions())
     except Exception:  # a state that cannot say what it waits on has no request to answer
         return
+    context = getattr(state, "_context", None)
     for item in items:
         agent, raw = getattr(item, "agent", None), getattr(item, "raw_item", None)
         request = item_field(raw, "id")
         if item_field(raw, "type") != "mcp_approval_request" or not isinstance(request, str):
             continue
-        context = getattr(state, "_context", None)
-        if context_status(context, (item_field(raw, "name") or "",), request, agent,
-                          raw) is not True:
-            continue
-        verdict = _judged(frame, agent, raw)
-        if verdict is not None and not verdict.allowed:
+        approved = context_status(context, (item_field(raw, "name") or "",), request, agent,
+                                  raw)
+        if approved is True and _denied(frame, request):
             _reject(state, item, frame.policy.message)
 
 
 def check_model_input(run_config: Any) -> Any:
     """A copy of ``run_config`` (a ``RunConfig``; None: the SDK's default) whose
-    ``call_model_input_filter`` runs the app's own first, if any, then
-    :func:`_checked_input`."""
+    ``call_model_input_filter`` runs the app's own first, if any, then passes each item of
+    the model's input through :func:`_checked_item`; ``run_config`` itself when its filter
+    is that one already."""
     config = run_config if run_config is not None else RunConfig()
     app_filter = config.call_model_input_filter
     if app_filter is not None and is_ours(app_filter):
