@@ -51,7 +51,8 @@ def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = 
     recorded after the last entry naming it already covers it), in this order: its bytes
     overwritten with zeros where they are stored and synced, then the entry appended
     durably, then its file removed. A redaction cut short before its entry leaves the
-    zeroed payload, which ``verify`` reports as changed, and running it again finishes it;
+    zeroed payload beside its marker, which ``verify`` names in a notice, and running it
+    again finishes it;
     cut short after its entry, running it again removes the file without a second entry.
 
     Raises:

@@ -267,7 +267,7 @@ class PayloadStore:
         ``<digest>.erasing`` file beside it, made durable), then overwrite its bytes with
         zeros where they are stored and sync them (``fsync`` of its file), leaving the file
         in place; False if it is absent. While the marker stands, :meth:`check` says
-        :attr:`PayloadStatus.ERASING` of a payload that no longer matches. (What no software
+        :attr:`PayloadStatus.ERASING` of a payload that holds nothing but zeros. (What no software
         erase reaches: blocks an SSD remaps, copy-on-write and snapshotting file systems,
         backups and other links to the file.)
 
