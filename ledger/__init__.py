@@ -4,13 +4,15 @@ The public API is this module's ``__all__``; every other module is internal. The
 laid out along the data path, one subpackage per stage, each importing only from the
 stages before it (``tests/test_layout.py`` holds the order and checks this line)::
 
-    format -> tlog -> storage -> policy -> verify -> record -> index -> bundle -> sessions -> api
+    format -> tlog -> storage -> policy -> verify -> record -> index -> bundle -> sessions
+        -> views -> api
 
 ``format`` entries, canonical encoding, framing; ``tlog`` Merkle maths, proofs, signed
 notes (both pure); ``storage`` log.bin, payloads, tiles, checkpoints, keys; ``policy`` the
 guard's policy file and judgement (pure); ``verify`` the rules and the audit; ``record``
 the writer, the SDK recorder and its guard; ``index`` DuckDB, SQL,
-exports; ``bundle`` proof bundles; ``sessions`` session scan and repair; ``api`` this API.
+exports; ``bundle`` proof bundles; ``sessions`` session scan and repair; ``views``
+evidence for people (payload values, value diffs, the HTML report); ``api`` this API.
 
 Names are loaded on first use (PEP 562), so ``import evidence_ledger`` loads no optional
 dependency: verifying a bundle or a checkpoint never imports the Agents SDK, DuckDB or

@@ -1,0 +1,79 @@
+"""Payload values for people (evidence_ledger.views.values): digest prefixes, redacted
+values, value diffs."""
+
+from __future__ import annotations
+
+import pytest
+
+from evidence_ledger.format.entries import Entry
+from evidence_ledger.format.errors import UsageError
+from evidence_ledger.views.values import (
+    PREVIEW_BYTES,
+    Value,
+    digest_prefix,
+    pick_digest,
+    preview,
+    redactions_of,
+    value_diff,
+)
+
+A = bytes.fromhex("0a8b3c4d" + "11" * 28)
+B = bytes.fromhex("0a8b3c4e" + "22" * 28)
+
+
+@pytest.mark.parametrize("text", ["sha256:0A8B3C4D", " 0a8b3c4d", "sha256:" + A.hex()])
+def test_a_prefix_is_hex_after_an_optional_sha256(text):
+    assert A.hex().startswith(digest_prefix(text))
+
+
+@pytest.mark.parametrize("text", ["0a8b3c4", "sha256:zz8b3c4d", "", "0" * 65, "sha1:0a8b3c4d"])
+def test_a_short_or_foreign_prefix_is_a_usage_error(text):
+    with pytest.raises(UsageError, match="is not a digest"):
+        digest_prefix(text)
+
+
+def test_a_prefix_names_one_digest_or_says_which_it_matches():
+    assert pick_digest("0a8b3c4d", [A, B]) == A
+    with pytest.raises(UsageError, match=f"matches 2 digests: sha256:{A.hex()}, sha256:{B.hex()}"):
+        pick_digest("0a8b3c4", [A, B])
+    with pytest.raises(UsageError, match="no payload digest of this ledger starts with"):
+        pick_digest("ffffffff", [A, B])
+
+
+def test_a_redacted_payload_says_who_when_and_why_and_never_its_bytes():
+    entries = [Entry(3, b"\0" * 32, "redaction", 7, {"digest": A, "reason": "GDPR", "by": "bob"})]
+    value = Value.of(A, b'{"path":"/etc/passwd"}', redactions_of(entries))
+    assert value.state == "redacted"
+    assert value.describe() == "redacted by bob at seq 3: GDPR"
+    assert "value" not in value.to_json()
+    assert value.to_json()["redaction"] == {"seq": 3, "time_ns": 7, "by": "bob", "reason": "GDPR"}
+
+
+def test_a_value_is_json_when_it_parses_else_text_and_a_large_one_is_cut():
+    assert Value.of(A, b'{"a":1}', {}).parsed() == {"a": 1}
+    assert Value.of(A, b"plain \xff", {}).parsed() == "plain \ufffd"
+    assert Value.of(A, None, {}).state == "missing"
+    big = Value.of(A, b"x" * (PREVIEW_BYTES + 1), {})
+    assert big.cut and len(big.data or b"") == PREVIEW_BYTES
+    assert big.describe() == f"{PREVIEW_BYTES}+ bytes"
+
+
+def test_the_diff_names_each_differing_path_and_is_cut_to_a_few_lines():
+    shown = {"order_id": "o-1", "amount": 1, "memo": "x", "items": [1, 2]}
+    had = {"order_id": "o-1", "amount": 999999, "note": "y", "items": [1, 3]}
+    assert value_diff(shown, had) == [
+        "$.amount: 1 -> 999999",
+        "$.items[1]: 2 -> 3",
+        '$.memo: removed "x"',
+        '$.note: added "y"',
+    ]
+    assert value_diff(shown, shown) == []
+    many = value_diff({str(i): i for i in range(10)}, {str(i): -i for i in range(1, 10)},
+                      max_lines=3)
+    assert many[-1] == "… and 8 more differences" and len(many) == 3
+    assert value_diff(1, True) == ["$: 1 -> true"]
+
+
+def test_a_preview_is_one_line_cut_to_width():
+    assert preview({"a": "b\nc"}, 40) == '{"a":"b\\\\nc"}'.replace("\\\\", "\\")
+    assert preview("x" * 50, 10) == "x" * 9 + "…"
