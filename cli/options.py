@@ -20,7 +20,9 @@ LedgerOpt = Annotated[
 
 IndexOpt = Annotated[
     Path | None,
-    typer.Option("--index", metavar="FILE", help="Index file (default: LEDGER/index.duckdb)."),
+    typer.Option("--index", metavar="FILE",
+                 help="Index file (default: one per ledger under "
+                      "$XDG_CACHE_HOME/evidence-ledger/index/; the ledger is only read)."),
 ]
 """``--index FILE``: the DuckDB index a reading command uses (None: the default)."""
 

@@ -92,3 +92,12 @@ def require_strace() -> str:
     if os.environ.get("CI"):
         pytest.fail(f"{why} (CI installs strace and must run this test)")
     pytest.skip(why)
+
+
+def default_index(ledger: Path) -> Path:
+    """Where ``query`` and ``trace`` keep the index of the ledger at ``ledger`` by default
+    (the test's own ``$XDG_CACHE_HOME``, see tests/conftest.py)."""
+    from evidence_ledger.index.build import index_path
+    from evidence_ledger.storage.ledger_dir import Ledger
+
+    return index_path(Ledger(ledger))

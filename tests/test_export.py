@@ -46,7 +46,7 @@ def exports(audit, tmp_path_factory) -> dict[str, Path]:
 
 def index_table(ledger: Ledger, name: str) -> pa.Table:
     view = VIEWS[name]
-    with connect_read_only(index_mod.index_path(ledger)) as con:
+    with connect_read_only(index_mod.update_index(ledger).path) as con:
         table = con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table()
     return table.cast(view.schema)
 

@@ -32,7 +32,7 @@ from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
 from evidence_ledger.tlog.tiles import node_count
 from tests.fuzzing import FUZZ
-from tests.helpers import DATA, forge_entry, ingest, run_cli
+from tests.helpers import DATA, default_index, forge_entry, ingest, run_cli
 from tests.test_proofs import naive_mth
 
 
@@ -441,7 +441,7 @@ def test_a_deleted_payload_is_a_violation_naming_its_digest_and_seq(tmp_path):
 @pytest.mark.parametrize("name", ["index.duckdb", "index.duckdb.state", "index.duckdb.wal"])
 def test_a_non_regular_index_file_is_refused_never_opened(tmp_path, kind, name):
     book, _key, _vkey = _keyed(tmp_path)
-    _plant(book / name, kind, tmp_path)
+    _plant(default_index(book).with_name(name), kind, tmp_path)
     for args in (("query", "SELECT count(*) AS n FROM entries"),
                  ("export", "--format", "jsonl", "--out", str(tmp_path / "x"))):
         result = cli(*args[:1], "--ledger", str(book), *args[1:])
@@ -455,14 +455,15 @@ def test_a_non_regular_file_beside_a_current_index_is_refused_never_opened(tmp_p
     # before: a query on a current index opened it without looking (a FIFO WAL hung it)
     book, _key, _vkey = _keyed(tmp_path)
     assert cli("query", "--ledger", str(book), "SELECT 1").code == 0  # the index is current
+    index = default_index(book)
     if kind == "symlink-to-an-index":
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
-        shutil.copy(book / "index.duckdb", elsewhere / "index.duckdb")
-        (book / name).unlink(missing_ok=True)
-        (book / name).symlink_to(elsewhere / "index.duckdb")
+        shutil.copy(index, elsewhere / "index.duckdb")
+        index.with_name(name).unlink(missing_ok=True)
+        index.with_name(name).symlink_to(elsewhere / "index.duckdb")
     else:
-        _plant(book / name, kind, tmp_path)
+        _plant(index.with_name(name), kind, tmp_path)
     result = cli("query", "--ledger", str(book), "SELECT count(*) AS n FROM entries")
     assert result.code == 2 and "not a regular file" in result.err, result
     assert result.err.count("\n") == 1

@@ -442,7 +442,7 @@ def test_deleting_the_index_rebuilds_identical_rows(audit, tmp_path):
     shutil.copytree(audit.directory, copy.directory)
     update_index(copy)
     before = {name: table(copy, name) for name in VIEWS}
-    for path in copy.directory.glob("index.duckdb*"):
+    for path in index_mod.index_path(copy).parent.glob("index.duckdb*"):
         path.unlink()
     info = update_index(copy)
     assert info.rebuilt and info.added == info.tree_size

@@ -101,7 +101,8 @@ def test_trace_reads_only_the_log_blocks_that_hold_the_call(tmp_path, monkeypatc
     monkeypatch.setattr(ledger.store, "scan", counted)
     found = trace_call(ledger, "c20")
     assert [e.kind for e, _ in found.entries] == ["call", "decision", "execution"]
-    assert len(scanned) <= 1 + 4  # the freshness check's record, then one block
+    # the ledger's identity (its first record), the freshness check's record, one block
+    assert len(scanned) <= 1 + 1 + 4
     assert found.tree_size == 4 * RUNS and found.violations == []
 
 
@@ -161,8 +162,7 @@ def test_an_index_that_does_not_match_the_log_is_rebuilt_never_shown(tmp_path, e
     # (exit 0), or failed as if the log were damaged (exit 1, an OSError for bad offsets)
     ledger = many_runs(tmp_path)
     want = full_pass_trace(ledger, "c10")
-    update_index(ledger)
-    with duckdb.connect(str(tmp_path / "index.duckdb")) as con:
+    with duckdb.connect(str(update_index(ledger).path)) as con:
         con.execute(EDITS[edit])
     result = run_cli("trace", "c10", "--ledger", str(tmp_path), "--json")
     assert result.code == 0, result.err

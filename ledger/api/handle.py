@@ -224,7 +224,8 @@ class Ledger:
         self, *, index: Source | None = None, rebuild: bool = False,
         progress: Progress | None = None,
     ) -> int:
-        """Bring the DuckDB index (default ``<ledger>/index.duckdb``) up to date with the
+        """Bring the DuckDB index (default: the ledger's own under
+        ``$XDG_CACHE_HOME/evidence-ledger/index/``, never in the ledger) up to date with the
         log; returns the tree size it holds (entries).
 
         Raises:

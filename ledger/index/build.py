@@ -1,10 +1,11 @@
 """A DuckDB index of a ledger, for audit queries in SQL. Never authoritative.
 
 The index is derived from the log and only from it: deleting it and running again
-rebuilds the same rows. It lives at ``<ledger>/index.duckdb``, with
-``index.duckdb.state`` (the deriver's state at the indexed size) and
-``index.duckdb.lock`` (serialises processes) beside it, and is brought up to date by tree
-size before each query: only records past the indexed tree size are read.
+rebuilds the same rows. It lives in the user's cache, outside the ledger
+(:mod:`evidence_ledger.index.location`), with ``index.duckdb.state`` (the deriver's state
+at the indexed size) and ``index.duckdb.lock`` (serialises processes) beside it, and is
+brought up to date by tree size before each query: only records past the indexed tree size
+are read.
 
 Pure core, in two stages. Stage one, :func:`evidence_ledger.index.check.check_batch`, takes each
 record on its own: its CRC-32, :func:`evidence_ledger.format.entries.decode_entry`, its entry and
@@ -76,6 +77,7 @@ from evidence_ledger.index.db import (
     one_row,
     rows_table,
 )
+from evidence_ledger.index.location import INDEX_NAME, default_index_path
 from evidence_ledger.index.worker import BatchChecker
 from evidence_ledger.storage.fsutil import file_lock, open_regular, problem
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -86,7 +88,6 @@ from evidence_ledger.verify.records import Report
 __all__ = [
     "BLOCK",
     "CHUNK",
-    "INDEX_NAME",
     "Deriver",
     "IndexInfo",
     "Progress",
@@ -99,7 +100,6 @@ __all__ = [
     "update_index",
 ]
 
-INDEX_NAME = "index.duckdb"
 INDEX_VERSION = 1
 CHUNK = 50_000
 """Records decoded between two bulk inserts."""
@@ -542,8 +542,13 @@ class IndexInfo:
 
 
 def index_path(ledger: Ledger, path: str | os.PathLike[str] | None = None) -> Path:
-    """The index file: ``path``, else ``<ledger>/index.duckdb``."""
-    return Path(path) if path else ledger.directory / INDEX_NAME
+    """The index file: ``path``, else the ledger's index in the user's cache
+    (:func:`evidence_ledger.index.location.default_index_path`).
+
+    Raises:
+        UsageError: if there is no cache folder to default to.
+    """
+    return Path(path) if path else default_index_path(ledger)
 
 
 @contextlib.contextmanager
@@ -604,7 +609,7 @@ def _is_duckdb_file(path: Path) -> bool:
 
 def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
     """A new, empty index at ``path``. What is there is replaced when it is a DuckDB file,
-    or ``owned`` (the default ``<ledger>/index.duckdb``: a damaged cache of ours);
+    or ``owned`` (the default index in the user's cache: a damaged cache of ours);
     another file named by ``--index`` is refused, never clobbered."""
     if not owned:
         _refuse_foreign(path)
@@ -666,7 +671,8 @@ def update_index(
 
     Args:
         ledger: the ledger to index.
-        path: the index file (default ``<ledger>/index.duckdb``).
+        path: the index file (default: the ledger's index in the user's cache,
+            :mod:`evidence_ledger.index.location`).
         rebuild: start over from an empty index.
         progress: see :data:`Progress`.
 
@@ -676,6 +682,8 @@ def update_index(
     """
     ledger.require_exists()
     target = checked_index_path(ledger, path)
+    if path is None:
+        _make_cache_folder(target.parent)
     with index_lock(target, exclusive=True), _gc_paused():
         con: duckdb.DuckDBPyConnection | None = None
         try:
@@ -711,6 +719,19 @@ def update_index(
             if con is not None:
                 with contextlib.suppress(duckdb.Error):
                     con.close()
+
+
+def _make_cache_folder(folder: Path) -> None:
+    """Create the default index's folder (and those above it) with mode 0700: an index
+    tells what the ledger holds.
+
+    Raises:
+        UsageError: where the place refuses it; StorageError: where the storage fails.
+    """
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise index_failed(exc, folder, "create the folder of") from exc
 
 
 class _Inserter:

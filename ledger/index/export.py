@@ -215,7 +215,8 @@ def export_ledger(
         out: a directory that does not exist yet or is empty.
         fmt: ``parquet``, ``csv`` or ``jsonl``.
         since, until: keep rows whose time column lies in ``[since, until)`` (ns, UTC).
-        index: the index file (default ``<ledger>/index.duckdb``).
+        index: the index file (default: the ledger's index in the user's cache,
+            :mod:`evidence_ledger.index.location`).
         progress: called as ``progress(tree_size, files_written, files_total)`` after
             each file (the index update before it reports nothing; call
             :func:`evidence_ledger.index.build.update_index` first to follow it).

@@ -161,7 +161,8 @@ def read_index(
     Args:
         ledger: the ledger.
         read: what to do with the index (runs under a shared lock: no update meanwhile).
-        path: the index file (default ``<ledger>/index.duckdb``).
+        path: the index file (default: the ledger's index in the user's cache,
+            :mod:`evidence_ledger.index.location`).
         rebuild: rebuild the index from the log first.
         progress: see :data:`evidence_ledger.index.build.Progress`.
 

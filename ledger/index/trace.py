@@ -100,7 +100,8 @@ def trace_call(
         ledger: the ledger.
         call_id: the call to follow (every run and scope that holds it, unless ``run_id``).
         run_id: only this run.
-        index: the index file (default ``<ledger>/index.duckdb``).
+        index: the index file (default: the ledger's index in the user's cache,
+            :mod:`evidence_ledger.index.location`).
         rebuild: rebuild the index from the log first.
         progress: see :data:`evidence_ledger.index.build.Progress` (while the index is brought up
         to date).
