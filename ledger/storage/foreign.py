@@ -4,8 +4,9 @@ Everything under a ledger directory is the ledger's own: ``log.bin``, ``writer.l
 ``payloads/`` (shard folders of two hex digits holding files named by their SHA-256, the
 temporary files a crash may leave, and the markers of payloads being erased), ``torn/``
 (cut torn tails), ``checkpoints/`` (checked by the checkpoint audit), ``tree/`` (the tile
-cache), ``repairs/`` (session repair markers) and the default index, ``index.duckdb``
-with its companions. Anything else was put there by someone else: :func:`foreign_files`
+cache), ``repairs/`` (session repair markers) and an index put there with ``--index``,
+``index.duckdb`` with its companions (the default index lived there before it moved to the
+user's cache). Anything else was put there by someone else: :func:`foreign_files`
 names it, so that ``verify`` can say so (a file left in ``payloads/`` is never read as
 evidence, but nobody should take it for some).
 """
