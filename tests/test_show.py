@@ -315,3 +315,15 @@ def test_a_decision_keeps_the_arguments_shown_only_when_they_are_not_the_call_s(
     writer.decision(run_id="r", call_id="c", decision="approve", approver="x",
                     arguments="not json")  # args_form raw: the string itself
     assert _payload_files(ledger) - before == kept | {_hex(b"not json")}
+
+
+def test_prove_markdown_shows_the_bundled_values(tmp_path):
+    ledger, key = tmp_path / "ledger", tmp_path / "signing.key"
+    ingest(ledger, "argument_integrity")
+    assert run_cli("keygen", "--origin", "test.example/log", "--out", str(key)).code == 0
+    args = ("prove", "--ledger", str(ledger), "--key", str(key), "--all", "--format", "markdown")
+    with_values = run_cli(*args, "--out", str(tmp_path / "a.json"), "--include-payloads")
+    assert with_values.code == 0, with_values.err
+    assert '<br>`{"path":"/tmp/a"}`' in with_values.out and "<br>`deleted`" in with_values.out
+    digests_only = run_cli(*args, "--out", str(tmp_path / "b.json"))
+    assert digests_only.code == 0 and "<br>" not in digests_only.out
