@@ -118,6 +118,21 @@ def _short(digest: bytes | None) -> str:
     return "—" if digest is None else _md_code("sha256:" + digest.hex()[:16] + "…")
 
 
+MARKDOWN_VALUE = 60
+"""Most characters of a bundled value the markdown table shows (one line, compact JSON)."""
+
+
+def _bundled(v: el.VerifiedBundle, digest: bytes | None) -> str:
+    """The value of payload ``digest`` under its digest in a table cell (a ``<br>`` and a
+    one-line preview), when the bundle holds payloads (``--include-payloads``)."""
+    if v.payloads is None or digest is None:
+        return ""
+    data = v.payloads.get(digest)
+    text = ("not bundled (redacted or missing)" if data is None
+            else el.Value.of(digest, data, {}).preview(MARKDOWN_VALUE))
+    return "<br>" + _md_code(text)
+
+
 def _call_row(v: el.VerifiedBundle, call: el.CallState) -> str:
     decision = call.decision or call.authorized_by
     if decision is None:
@@ -133,7 +148,7 @@ def _call_row(v: el.VerifiedBundle, call: el.CallState) -> str:
         e = v.entry(seq)
         result = e.entry.body.get("result_digest") if e else None
         when = output.when(e.entry.time) if e else "—"
-        runs.append(f"seq {seq} at {when}, result {_short(result)}")
+        runs.append(f"seq {seq} at {when}, result {_short(result)}{_bundled(v, result)}")
     persisted = []
     for seq in call.persisted:
         e = v.entry(seq)
@@ -145,8 +160,11 @@ def _call_row(v: el.VerifiedBundle, call: el.CallState) -> str:
         )
     scope = "/".join(call.key[1])
     name = _md_code(f"{scope}/{call.key[2]}" if scope else call.key[2])
+    called = v.entry(call.seq)
+    arguments = _bundled(v, called.entry.body["args_payload"] if called else None)
     return (
-        f"| {name} (seq {call.seq}) | {_md_code(call.tool)} | {_short(call.args_digest)} "
+        f"| {name} (seq {call.seq}) | {_md_code(call.tool)} | {_short(call.args_digest)}"
+        f"{arguments} "
         f"| {approval} | {'<br>'.join(runs) or 'not executed'} "
         f"| {'<br>'.join(persisted) or 'not persisted'} |"
     )

@@ -21,7 +21,7 @@ import typer
 from rich.markup import escape
 
 import evidence_ledger as el
-from evidence_ledger.cli import bundles, guard, output, query, sessions, tlog
+from evidence_ledger.cli import bundles, guard, output, query, sessions, tlog, values
 from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
 
 app = typer.Typer(
@@ -73,14 +73,18 @@ def verify(
     """Check integrity (hashes, links, encoding, payloads), every evidence rule, and the
     stored and trusted signed checkpoints.
 
-    Exit 0 when no rule is violated, 1 otherwise.
+    A violation that compares two arguments (approval_binding, argument_integrity,
+    foreign_interruption) shows what differs between their values (`--json`: its
+    `values`), unless `--no-payloads`. Exit 0 when no rule is violated, 1 otherwise.
     """
     book = open_ledger(ledger)
     report = book.verify(verifier_key or [], trusted_checkpoint or [], payloads=not no_payloads)
+    compared = [] if no_payloads else book.violation_values(report.violations)
     if json:
-        output.print_json(report.to_json())
+        output.print_json({**report.to_json(),
+                           "violations": output.violations_json(report.violations, compared)})
     else:
-        output.print_report(report)
+        output.print_report(report, compared)
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -204,11 +208,15 @@ def trace(
     run_id: Annotated[str | None, typer.Option("--run-id", help="Only this run.")] = None,
     index: IndexOpt = None,
     rebuild: RebuildOpt = False,
+    show_values: Annotated[
+        bool, typer.Option("--values", help="Show arguments, results, items and outputs "
+                                            "under each entry (--json: in each entry).")
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """One call's chain as a timeline: call, decisions, executions, session items; then
     the run states of its run as a tree (lineage: which state each was derived from), and
-    the rules it broke.
+    the rules it broke, with what differs between the values a rule compared.
 
     Found through the DuckDB index (brought up to date first, as for query); the call's
     entries are read back from the log and checked against it. Payloads and checkpoints
@@ -219,10 +227,16 @@ def trace(
     with output.ProgressBar("indexing") as bar:
         found = book.trace(call_id, run_id=run_id, index=index, rebuild=rebuild, progress=bar)
     timeline = found.timeline()
+    compared = book.violation_values(found.violations, trace=found)
+    entry_values = book.trace_values(found) if show_values else None
     if json:
+        if entry_values is not None:
+            for row, named in zip(timeline, entry_values, strict=True):
+                row["values"] = [{"what": what, **value.to_json()} for what, value in named]
         output.print_json({
             "call_id": call_id, "entries": timeline,
-            "violations": [v.to_json() for v in found.violations],
+            "violations": output.violations_json(found.violations,
+                                                 compared if show_values else ()),
             "lineage": [
                 {"run_id": run, "states": [
                     {**node.to_json(), "depth": depth}
@@ -236,12 +250,16 @@ def trace(
         detail = _TRACE_LINES.get(row["kind"], lambda b: "")(body)
         scope = "/".join(body.get("scope") or [])
         _print_entry_line(row, f"{body.get('run_id')}{'/' + scope if scope else ''}  {detail}")
+        if entry_values is not None:
+            values.print_entry_values(next(entry_values))
     _print_lineage(found.lineage, call_id)
-    for v in found.violations:
+    for v, diff in zip(found.violations, compared, strict=True):
         output.stdout.print(
             f"[red]{escape(v.rule)}[/] at seq {v.seq}: {escape(output.plain(v.detail))}",
             highlight=False,
         )
+        if diff is not None:
+            values.print_compared(diff)
     if not found.violations:
         output.stdout.print(
             "no rule broken by this call (payloads and checkpoints: verify)",
@@ -283,7 +301,8 @@ def diff(
 @app.command()
 def redact(
     digest: Annotated[
-        str, typer.Option("--digest", help="Payload digest, sha256:HEX (64 lowercase hex).")
+        str, typer.Option("--digest", help="Payload digest, sha256:HEX, or a unique prefix of "
+                                           "at least 8 hex digits (sha256: optional).")
     ],
     reason: Annotated[str, typer.Option("--reason", help="Why it is erased (recorded).")],
     ledger: LedgerOpt = None,
@@ -296,6 +315,7 @@ def redact(
     erase is finished without a second entry.
     """
     done = open_ledger(ledger).redact(digest, reason=reason, by=by)
+    digest = "sha256:" + done.digest.hex()
     if json:
         output.print_json({"digest": digest, "redaction_seq": done.seq,
                            "appended": done.appended, "erased": done.erased})
@@ -334,7 +354,7 @@ def demo(
     raise typer.Exit(0 if report.ok else 1)
 
 
-for _commands in (tlog, query, sessions, bundles, guard):
+for _commands in (tlog, query, sessions, bundles, guard, values):
     _commands.register(app)
 
 

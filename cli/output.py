@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import json
 import os
 import re
 import sys
 import threading
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import Any, BinaryIO, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -173,6 +175,41 @@ def _dumps_deep(value: Any) -> str:
     return out[0]
 
 
+_UNSAFE_IN_JSON = re.compile(f"[\\x7f-\\x9f\\u2028\\u2029\\ud800-\\udfff{_BIDI}]")
+
+
+def json_text(value: Any) -> str:
+    """``value`` as indented JSON for a terminal: characters that control or reorder what a
+    terminal shows written as ``\\uXXXX`` escapes (still the same JSON)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+RAW_CHUNK = 1 << 20
+"""Bytes per read when copying a payload to standard output."""
+
+
+def write_bytes(stream: BinaryIO) -> None:
+    """Copy ``stream`` to standard output as bytes, :data:`RAW_CHUNK` at a time (never
+    whole).
+
+    Raises:
+        OutputError: if standard output cannot be written.
+        OSError: if ``stream`` cannot be read.
+    """
+    sys.stdout.flush()
+    target = sys.stdout.buffer
+    for chunk in iter(lambda: stream.read(RAW_CHUNK), b""):
+        try:
+            target.write(chunk)
+        except OSError as exc:
+            raise OutputError(_unwritten(exc)) from exc
+    try:
+        target.flush()
+    except OSError as exc:
+        raise OutputError(_unwritten(exc)) from exc
+
+
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
@@ -190,8 +227,26 @@ def short(digest: bytes) -> str:
     return "sha256:" + digest.hex()[:12]
 
 
-def print_report(report: el.Report) -> None:
-    """Readable verdict: tree head, notices, then violations ordered by seq."""
+def compared_lines(diff: el.ValueDiff) -> list[str]:
+    """What a violation's two compared values are and what differs between them, for
+    people: a heading naming both sides, then the diff lines (or what a side that cannot
+    be shown is)."""
+    expected, got = diff.roles
+    return [f"values ({expected} -> {got}):", *(f"  {line}" for line in diff.summary())]
+
+
+def violations_json(findings: Sequence[el.Finding], values: Sequence[el.ValueDiff | None],
+                    ) -> list[dict[str, Any]]:
+    """The JSON of each finding, with ``values`` (the :class:`ValueDiff` of the finding at
+    the same place, when there is one: ``Ledger.violation_values``)."""
+    return [{**f.to_json(), "values": diff.to_json()} if diff else f.to_json()
+            for f, diff in itertools.zip_longest(findings, values[: len(findings)])]
+
+
+def print_report(report: el.Report, values: Sequence[el.ValueDiff | None] = ()) -> None:
+    """Readable verdict: tree head, notices, then violations ordered by seq, each with the
+    values it compared (``values``, one per violation, as ``Ledger.violation_values``
+    gives them) under its detail."""
     stdout.print(f"tree size {report.tree_size}   root hash {report.to_json()['root_hash']}")
     for notice in report.notices:
         stdout.print(f"[yellow]notice[/]: {escape(notice)}", highlight=False)
@@ -201,11 +256,12 @@ def print_report(report: el.Report) -> None:
     table = Table(title=f"{len(report.violations)} violation(s)", title_justify="left")
     for column in ("seq", "rule", "run", "scope", "call_id", "detail"):
         table.add_column(column, overflow="fold")
-    for v in report.violations:
+    for v, compared in itertools.zip_longest(report.violations, values):
+        detail = "\n".join([v.detail, *(compared_lines(compared) if compared else [])])
         table.add_row(
             "—" if v.seq is None else str(v.seq), f"[red]{escape(v.rule)}[/]",
             *(escape(text) for text in (
-                v.run_id or "—", "/".join(v.scope) or "—", v.call_id or "—", v.detail
+                v.run_id or "—", "/".join(v.scope) or "—", v.call_id or "—", detail
             )),
         )
     stdout.print(table)

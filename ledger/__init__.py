@@ -24,7 +24,9 @@ Verbs::
                                          verify, trace, inclusion_proof, consistency_proof,
                                          update_index, query, export, verify_export,
                                          ingest, redact, checkpoint, prove, repair_sessions,
-                                         diff (two runs side by side), revoke, approve
+                                         diff (two runs side by side), revoke, approve,
+                                         value / open_payload (a payload by digest or
+                                         prefix), violation_values, trace_values
     Recorder(directory, policy=None)     record OpenAI Agents SDK runs; with a policy,
                                          guard the tools it names           [agents]
     read_policy(path)                    a guard policy file, checked
@@ -78,6 +80,8 @@ _PUBLIC = {
     "SessionRepair": "evidence_ledger.api.handle",
     "RunDiff": "evidence_ledger.verify.compare",
     "Policy": "evidence_ledger.policy.model",
+    "Value": "evidence_ledger.views.values",
+    "ValueDiff": "evidence_ledger.views.values",
 }
 """Public name -> the module that defines it."""
 
@@ -104,6 +108,8 @@ __all__ = [
     "StateNode",
     "StorageError",
     "UsageError",
+    "Value",
+    "ValueDiff",
     "VerifiedBundle",
     "VerifiedCheckpoint",
     "__version__",
@@ -134,6 +140,7 @@ if TYPE_CHECKING:
     from evidence_ledger.verify.lineage import StateNode
     from evidence_ledger.verify.records import Report
     from evidence_ledger.verify.rules import CallState
+    from evidence_ledger.views.values import Value, ValueDiff
 
 
 def __getattr__(name: str) -> Any:

@@ -89,7 +89,7 @@ def _ledger_args(tmp_path, key) -> dict[str, list[str]]:
     return {
         "ingest": [str(DATA / "rules" / "valid.jsonl")],
         "verify": [], "log": [], "trace": ["c-1"],
-        "redact": ["--digest", ZERO, "--reason", "r"],
+        "redact": ["--digest", ZERO, "--reason", "r"], "show": [ZERO],
         "checkpoint": ["--key", str(key)],
         "inclusion": ["--seq", "0"], "consistency": ["--from", "1"],
         "query": ["SELECT 1"],

@@ -7,9 +7,13 @@ import pytest
 
 from evidence_ledger.format.entries import Entry
 from evidence_ledger.format.errors import UsageError
+from evidence_ledger.verify.findings import Finding
+from evidence_ledger.verify.rules import RuleEngine
 from evidence_ledger.views.values import (
     PREVIEW_BYTES,
     Value,
+    ValueDiff,
+    argument_payloads,
     digest_prefix,
     pick_digest,
     preview,
@@ -77,3 +81,68 @@ def test_the_diff_names_each_differing_path_and_is_cut_to_a_few_lines():
 def test_a_preview_is_one_line_cut_to_width():
     assert preview({"a": "b\nc"}, 40) == '{"a":"b\\\\nc"}'.replace("\\\\", "\\")
     assert preview("x" * 50, 10) == "x" * 9 + "…"
+
+
+def _entry(seq: int, kind: str, **body) -> Entry:
+    return Entry(seq, b"\0" * 32, kind, seq, body)
+
+
+def test_a_value_diff_names_both_sides_and_what_differs():
+    finding = Finding("approval_binding", 5, "…", compared=(A, B))
+    shown, called = Value.of(A, b'{"amount":1}', {}), Value.of(B, b'{"amount":999999}', {})
+    diff = ValueDiff.of(finding, shown, called)
+    assert diff.roles == ("shown to the approver", "called")
+    assert diff.summary() == ["$.amount: 1 -> 999999"]
+    assert diff.to_json() == {
+        "expected": {"role": "shown to the approver", "digest": "sha256:" + A.hex(),
+                     "state": "present", "value": {"amount": 1}, "cut": False},
+        "got": {"role": "called", "digest": "sha256:" + B.hex(), "state": "present",
+                "value": {"amount": 999999}, "cut": False},
+        "diff": ["$.amount: 1 -> 999999"],
+    }
+    unknown = ValueDiff.of(finding, Value(A, "unrecorded"), called)
+    assert unknown.lines == ()
+    assert unknown.summary() == [
+        "shown to the approver: not recorded (the ledger holds its digest only)"]
+
+
+def test_the_rules_say_which_two_arguments_digests_they_compared():
+    ran, other = bytes([1]) * 32, bytes([2]) * 32
+    call = {"run_id": "r", "scope": [], "call_id": "c", "agent": "a", "tool": "t",
+            "args_digest": A, "args_form": "jcs", "args_payload": A, "needs_approval": True,
+            "response_id": None}
+    entries = [
+        _entry(0, "call", **call),
+        _entry(1, "decision", run_id="r", scope=[], call_id="c", decision="approve",
+               always=False, approver="x", reason=None, message_digest=None, args_digest=B,
+               args_form="jcs", agent=None, tool=None, run_state=None),
+        _entry(2, "execution", run_id="r", scope=[], call_id="c", agent=None, tool=None,
+               args_digest=ran, args_form="jcs", args_payload=ran, result_digest=None,
+               error=None, run_state=None),
+        _entry(3, "run_state", run_id="r", state_id="s", parent=None, event="to_state",
+               digest=None, interruptions=[{"call_id": "c", "tool": "t", "agent": "a",
+                                            "scope": [], "args_digest": other}]),
+    ]
+    engine = RuleEngine()
+    for entry in entries:
+        engine.feed(entry)
+    compared = {f.rule: f.compared for f in engine.findings}
+    assert compared == {"argument_integrity": (A, ran), "approval_binding": (B, A),
+                        "foreign_interruption": (other, A)}
+    assert Finding("r", 1, "d", compared=(A, B)) == Finding("r", 1, "d")  # not in equality
+    assert "compared" not in Finding("r", 1, "d", compared=(A, B)).to_json()
+
+
+def test_arguments_digests_map_to_the_payloads_holding_them():
+    entries = [_entry(0, "call", args_digest=A, args_payload=B),
+               _entry(1, "execution", args_digest=B, args_payload=B),
+               _entry(2, "decision", args_digest=bytes(32))]
+    assert argument_payloads(entries) == {A: B, B: B}
+    assert argument_payloads(entries, {B}) == {B: B}
+
+
+def test_a_value_that_cannot_be_shown_previews_as_what_it_is():
+    assert Value.of(A, b'{"a": [1, 2]}', {}).preview(40) == '{"a":[1,2]}'
+    assert Value(A, "damaged").preview(20) == "damaged: the stored…"
+    assert Value(A, "unrecorded").to_json() == {"digest": "sha256:" + A.hex(),
+                                                "state": "unrecorded"}

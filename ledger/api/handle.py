@@ -10,17 +10,17 @@ Methods that need the ``[query]`` extra (DuckDB, pyarrow) import it when called 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from evidence_ledger.api.extras import load
 from evidence_ledger.api.keys import SigningKey, signing_keys
 from evidence_ledger.api.keys import verifier_keys as verifier_key_strings
-from evidence_ledger.format.digests import from_text
 from evidence_ledger.format.entries import KINDS, entry_json
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.times import time_ns
@@ -37,6 +37,7 @@ from evidence_ledger.sessions.record import RepairResult
 from evidence_ledger.sessions.stores import MESSAGES_TABLE, read_store
 from evidence_ledger.storage.checkpoint_store import StoredCheckpoint
 from evidence_ledger.storage.files import read_input, refuse_inside
+from evidence_ledger.storage.fsutil import reading
 from evidence_ledger.storage.keys import refuse_key_inside
 from evidence_ledger.storage.ledger_dir import Ledger as LedgerDirectory
 from evidence_ledger.storage.log_proofs import prove_consistency_checked, prove_inclusion_checked
@@ -49,7 +50,15 @@ from evidence_ledger.verify.compare import (
     run_legs,
     run_rules,
 )
+from evidence_ledger.verify.findings import Finding
 from evidence_ledger.verify.records import Report
+from evidence_ledger.views.payloads import (
+    payload_digest,
+    value_by_prefix,
+    values_for_findings,
+    values_of_entries,
+)
+from evidence_ledger.views.values import Value, ValueDiff
 
 if TYPE_CHECKING:
     from evidence_ledger.bundle.build import Bundle
@@ -189,6 +198,70 @@ class Ledger:
             self._book, call_id, run_id, index, rebuild=rebuild, progress=progress
         )
         return result
+
+    def value(self, digest: str) -> Value:
+        """The value a digest names: a payload, or the arguments an arguments digest names
+        (a call's, or those an approver was shown), by its ``sha256:<hex>`` or a unique
+        prefix of at least 8 hex digits (``sha256:`` optional); one pass over the log (see
+        :func:`evidence_ledger.views.payloads.value_by_prefix`).
+
+        Returns:
+            A :class:`Value` (at most 1 MiB of its bytes, ``cut`` beyond, with its
+            ``size``): ``present``; ``redacted`` (who, when, why); ``missing`` (gone
+            without a redaction entry: lost evidence); ``damaged`` (the bytes do not
+            hash to the digest).
+
+        Raises:
+            UsageError: for a malformed digest, one no entry or payload names, an
+                ambiguous prefix (the message names the matches), or an arguments digest
+                whose arguments the ledger does not hold.
+            EvidenceError: at a damaged record of the log.
+        """
+        _text(digest, "digest")
+        return value_by_prefix(self._book, digest)
+
+    @contextlib.contextmanager
+    def open_payload(self, digest: str) -> Iterator[BinaryIO]:
+        """The payload file a digest (or a unique prefix of one) names, open for binary
+        reading, to be streamed whole (``show --raw``); closed on leaving the context. A
+        prefix takes one pass over the log. Bytes are not checked against the digest here
+        (:meth:`value` and ``verify`` do).
+
+        Raises:
+            UsageError: for a malformed or ambiguous digest, or one no payload file holds
+                (redacted or missing: see :meth:`value`).
+        """
+        _text(digest, "digest")
+        found = payload_digest(self._book, digest)
+        fd = self._book.payloads.open(found)
+        if fd is None:
+            raise UsageError(f"no payload file holds sha256:{found.hex()}")
+        with reading(fd) as stream:
+            yield stream
+
+    def violation_values(self, findings: Sequence[Finding], *, trace: CallTrace | None = None,
+                         ) -> list[ValueDiff | None]:
+        """For each of ``findings`` (in order), the two argument values its rule compared
+        and what differs between them (:class:`ValueDiff`: at most 6 diff lines, each value
+        read bounded, redacted ones named as such), or None for a finding that compares no
+        values (``Finding.compared`` is None). Read with one pass over the log (only when a
+        finding compares values; it stops quietly at a damaged record, which ``verify``
+        reports) or, given the ``trace`` the findings came from, from its entries alone."""
+        if trace is not None:
+            values = values_of_entries(self._book.payloads, (e for e, _ in trace.entries),
+                                       trace.redactions)
+        else:
+            values = values_for_findings(self._book, findings)
+        return [values.diff(f) for f in findings]
+
+    def trace_values(self, trace: CallTrace) -> Iterator[list[tuple[str, Value]]]:
+        """For each entry of ``trace`` (in its order), what it names in words
+        (``arguments``, ``arguments shown``, ``result``, ``item``, ``output``, ...) with each
+        value, read when the entry is reached (bounded: at most 1 MiB of each held); the log
+        is not read again."""
+        values = values_of_entries(self._book.payloads, (e for e, _ in trace.entries),
+                                   trace.redactions)
+        return (values.of_entry(entry) for entry, _ in trace.entries)
 
     def inclusion_proof(
         self, seq: int, tree_size: int | None = None, *,
@@ -348,21 +421,21 @@ class Ledger:
         return ingest_file(EvidenceWriter(self._book), Path(events), again=again)
 
     def redact(self, digest: str, *, reason: str, by: str | None = None) -> Redaction:
-        """Erase one payload (``sha256:<64 hex>``) after recording a ``redaction`` entry;
-        every entry hash, proof and checkpoint still verifies.
+        """Erase one payload (``sha256:<64 hex>``, or a unique prefix of at least 8 hex
+        digits, resolved first with one pass over the log) after recording a ``redaction``
+        entry naming its whole digest; every entry hash, proof and checkpoint still
+        verifies.
 
         Raises:
-            UsageError: for a malformed digest, or a payload already redacted.
+            UsageError: for a malformed digest, an ambiguous prefix or one no payload has,
+                or a payload already redacted.
         """
         _text(digest, "digest")
         _text(reason, "reason")
         _text(by, "by", optional=True)
         _named(reason, "reason", blank=True)
         _named(by, "by", blank=True)
-        try:
-            payload = from_text(digest)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
+        payload = payload_digest(self._book, digest)
         return redact(EvidenceWriter(self._book), payload, reason, by)
 
     def revoke(self, call_id: str, *, by: str, reason: str, run_id: str | None = None) -> int:

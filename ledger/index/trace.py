@@ -8,16 +8,20 @@ reach one), and each is held to its CRC-32, its canonical decoding, its ``seq``,
 index holds, and its run and call. A record that differs means the index does not match the log (a
 damaged index: the default one is rebuilt). The rest of the log is not read, and the rows not read
 back are trusted as the index is: payloads, checkpoints and the records indexed before are
-``verify``'s job.
+``verify``'s job. The ledger's ``redaction`` entries are read back the same way (a person
+shown the call's values is told which were erased), and the rules are run again over the
+entries of the call's runs to learn which digests a violation compared (the index keeps
+its sentence only).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,8 +34,14 @@ from evidence_ledger.index.build import Progress
 from evidence_ledger.index.db import digest_text, one_line
 from evidence_ledger.index.query import DamagedIndexError, raise_if_damaged, read_index
 from evidence_ledger.storage.ledger_dir import Ledger, decode_record
-from evidence_ledger.verify.findings import Finding
+from evidence_ledger.verify.findings import (
+    APPROVAL_BINDING,
+    ARGUMENT_INTEGRITY,
+    FOREIGN_INTERRUPTION,
+    Finding,
+)
 from evidence_ledger.verify.lineage import StateNode, run_state_forest
+from evidence_ledger.verify.rules import RuleEngine
 
 __all__ = ["CallTrace", "trace_call"]
 
@@ -44,17 +54,21 @@ class CallTrace:
         entries: ``(entry, 32-byte entry hash)`` of every entry naming the call, in seq
             order.
         violations: the rules the call broke, in the order the verifier found them
-            (its ``violations`` rows as :class:`~evidence_ledger.verify.findings.Finding`).
+            (its ``violations`` rows as :class:`~evidence_ledger.verify.findings.Finding`,
+            with the digests a rule compared when the rules find them again in the
+            entries of the call's runs).
         lineage: run id -> its run states as trees
         (:func:`evidence_ledger.verify.lineage.run_state_forest`
             of every entry of the runs that hold the call).
         tree_size: entries the index held.
+        redactions: every ``redaction`` entry of the ledger, in seq order.
     """
 
     entries: list[tuple[Entry, bytes]]
     violations: list[Finding]
     lineage: dict[str, list[StateNode]]
     tree_size: int
+    redactions: list[Entry] = field(default_factory=list)
 
     def timeline(self) -> list[dict[str, Any]]:
         """The entries as JSON objects, in seq order (as ``Ledger.entries`` gives them)."""
@@ -71,6 +85,7 @@ class _Found:
     violations: list[Finding]
     tree_size: int
     runs: frozenset[str]
+    redactions: list[tuple[int, str]]
 
 
 _OWN = "call_id = $call_id AND ($run_id::VARCHAR IS NULL OR run_id = $run_id)"
@@ -145,12 +160,36 @@ def _trace(
                              found.blocks)
         own = [_owned(pair, mine, found.runs, call_id, run_id)
                for pair, (_, _, mine) in zip(read, found.entries, strict=True)]
+        redactions = _read_entries(ledger, found.redactions, found.blocks)
+        if any(entry.kind != "redaction" for entry, _ in redactions):
+            raise _Mismatch("an entry the index holds as a redaction is not one")
     except _Mismatch as exc:
         raise DamagedIndexError(
             f"index {path} does not match the log ({exc}); run again with --rebuild"
         ) from exc
     return CallTrace([pair for pair, mine in zip(read, own, strict=True) if mine],
-                     found.violations, run_state_forest(e for e, _ in read), found.tree_size)
+                     _compared(found.violations, [e for e, _ in read]),
+                     run_state_forest(e for e, _ in read), found.tree_size,
+                     [entry for entry, _ in redactions])
+
+
+_COMPARING = frozenset({APPROVAL_BINDING, ARGUMENT_INTEGRITY, FOREIGN_INTERRUPTION})
+"""Rules whose findings carry the two digests they compared (``Finding.compared``)."""
+
+
+def _compared(violations: list[Finding], entries: list[Entry]) -> list[Finding]:
+    """``violations`` (the index's rows), each of a rule of :data:`_COMPARING` with the
+    digests it compared, from the rules run again over ``entries`` (every entry of the
+    call's runs); a finding they do not find again keeps none."""
+    if not any(v.rule in _COMPARING for v in violations):
+        return violations
+    engine = RuleEngine()
+    for entry in entries:
+        engine.feed(entry)
+    compared = {(f.rule, f.seq, f.run_id, f.scope, f.call_id): f.compared
+                for f in engine.findings if f.compared is not None}
+    return [dataclasses.replace(v, compared=compared.get(
+        (v.rule, v.seq, v.run_id, v.scope, v.call_id))) for v in violations]
 
 
 def _owned(
@@ -180,6 +219,9 @@ def _find(con: duckdb.DuckDBPyConnection, path: Path, call_id: str, run_id: str 
             "ORDER BY finding_no", params,
         ).fetchall()
         (tree_size,) = con.execute("SELECT tree_size FROM ledger_index").fetchone() or (0,)
+        redactions = con.execute(
+            "SELECT seq, entry_hash FROM entries WHERE kind = 'redaction' ORDER BY seq"
+        ).fetchall()
     except duckdb.Error as exc:
         raise_if_damaged(exc, path)
         raise UsageError(f"cannot read index {path}: {one_line(exc)}") from exc
@@ -188,6 +230,7 @@ def _find(con: duckdb.DuckDBPyConnection, path: Path, call_id: str, run_id: str 
         [Finding(rule, seq, detail, run, tuple(scope), call)
          for rule, seq, detail, run, scope, call in violations],
         int(tree_size), frozenset(run for _, _, own, run in entries if own),
+        [(seq, hash_) for seq, hash_ in redactions],
     )
 
 

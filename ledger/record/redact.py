@@ -28,20 +28,25 @@ class Redaction:
         appended: True when that entry was appended now; False when an earlier
             redaction, interrupted before its file was removed, was finished.
         erased: True when a payload file was removed (False: it was already gone).
+        digest: the payload's digest (32 bytes).
     """
 
     seq: int
     appended: bool
     erased: bool
+    digest: bytes
 
 
 def _last_mentions(ledger: Ledger, digest: bytes) -> tuple[int | None, int | None]:
-    """Seqs of the last entry naming payload ``digest`` and of its last ``redaction``."""
+    """Seqs of the last entry naming payload ``digest`` (a payload field, or a decision's
+    ``args_digest``: the copy of the arguments its approver was shown) and of its last
+    ``redaction``."""
     named = redacted = None
     for entry, _ in ledger.entries():
         if entry.kind == "redaction" and entry.body["digest"] == digest:
             redacted = entry.seq
-        elif any(entry.body.get(name) == digest for name in PAYLOAD_FIELDS):
+        elif any(entry.body.get(name) == digest for name in PAYLOAD_FIELDS) or (
+                entry.kind == "decision" and entry.body["args_digest"] == digest):
             named = entry.seq
     return named, redacted
 
@@ -84,4 +89,4 @@ def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = 
         erased = ledger.payloads.remove(digest)
     except StorageError as exc:
         raise StorageError(f"redaction recorded, but {exc}") from exc
-    return Redaction(redacted, appended, erased)
+    return Redaction(redacted, appended, erased, digest)

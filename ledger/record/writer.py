@@ -420,6 +420,16 @@ class EvidenceWriter:
             return self.ledger.payloads.put_stream(
                 lambda write: digests.write_output(output, write))
 
+    def _put_arguments(self, arguments: str, form: str) -> bytes:
+        """Store ``arguments`` (a raw arguments string) in the form their arguments digest
+        hashes (:func:`digests.arguments_digest`: RFC 8785 JSON for ``jcs``, the UTF-8
+        bytes for ``raw``), so that the payload is named by that digest; return it."""
+        if form == "raw":
+            return self._put_output(arguments)
+        value = digests.parse_strict_json(arguments)
+        with self._lock:
+            return self.ledger.payloads.put_stream(lambda write: digests.jcs_dump(value, write))
+
     def _put_item(self, item: Any) -> bytes:
         """Store :func:`item_bytes` of ``item`` as a payload and return their 32-byte
         SHA-256. The canonical JSON is written as it is produced (see
@@ -509,8 +519,11 @@ class EvidenceWriter:
         """Record a human ``approve`` or ``reject`` bound to one call.
 
         ``arguments`` is what the approver was shown (default: the call's recorded
-        arguments digest). ``always`` makes the decision sticky for the agent's tool.
-        ``run_state`` is the id of the run state (see :meth:`run_state`) it was made on.
+        arguments digest); when their digest is not the recorded call's, they are kept as
+        the payload named by that digest (their RFC 8785 JSON, or the raw string for
+        ``args_form`` ``raw``), so that a violation can show what differs. ``always`` makes
+        the decision sticky for the agent's tool. ``run_state`` is the id of the run state
+        (see :meth:`run_state`) it was made on.
 
         Raises:
             UsageError: if ``decision`` is not ``approve`` or ``reject``.
@@ -523,6 +536,9 @@ class EvidenceWriter:
         if arguments is not None:
             args = digests.arguments_digest(arguments)
             args_digest, args_form = args.digest, args.form
+            called = self._call_agents.get((run_id, tuple(scope), call_id))
+            if called is None or called[1] != args_digest:
+                self._put_arguments(arguments, args_form)
         body = {
             "run_id": run_id, "scope": list(scope), "call_id": call_id, "decision": decision,
             "always": bool(always), "approver": approver, "reason": reason,

@@ -324,6 +324,19 @@ class PayloadStore:
         except (FileNotFoundError, NotADirectoryError, NotRegularFileError):
             return None
 
+    def open(self, digest: bytes) -> int | None:
+        """A descriptor of the stored payload ``digest``, open for reading, or None when
+        absent (as for :meth:`get`: only a regular file is opened); the caller closes it
+        (:func:`evidence_ledger.storage.fsutil.reading`).
+
+        Raises:
+            OSError: if it exists but cannot be opened.
+        """
+        try:
+            return open_regular(self._checked(digest))
+        except (FileNotFoundError, NotADirectoryError, NotRegularFileError):
+            return None
+
     def check(self, digest: bytes) -> PayloadStatus:
         """Re-hash the stored payload (streamed, in 1 MiB reads) and compare it with
         ``digest``: :attr:`PayloadStatus.ERASING` where what is stored is a regular file of

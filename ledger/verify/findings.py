@@ -79,6 +79,12 @@ class Finding:
         seq: the entry (leaf index) where the break shows, or None when it is not an entry.
         detail: one human-readable sentence.
         run_id, scope, call_id: the call identity concerned, when there is one.
+        compared: for a rule that compares two arguments digests (``approval_binding``,
+            ``argument_integrity``, ``foreign_interruption``), the two compared, 32 bytes
+            each: ``(expected, got)``, what an approver was shown (or the call had) and
+            what the call had (or ran); else None. Not part of equality, repr or
+            :meth:`to_json` (a signed verdict holds the detail sentence only): for showing
+            the values that differ where the payloads are at hand.
     """
 
     rule: str
@@ -87,6 +93,7 @@ class Finding:
     run_id: str | None = None
     scope: tuple[str, ...] = field(default=())
     call_id: str | None = None
+    compared: tuple[bytes, bytes] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, object]:
         """The violation object of ``schemas/verify-report.schema.json``."""

@@ -276,9 +276,11 @@ class RuleEngine:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _report(self, rule: str, entry: Entry, detail: str, key: CallKey | None) -> None:
+    def _report(self, rule: str, entry: Entry, detail: str, key: CallKey | None,
+                compared: tuple[bytes, bytes] | None = None) -> None:
         run_id, scope, call_id = key if key else (entry.body.get("run_id"), (), None)
-        self.findings.append(Finding(rule, entry.seq, detail, run_id, tuple(scope), call_id))
+        self.findings.append(
+            Finding(rule, entry.seq, detail, run_id, tuple(scope), call_id, compared))
         if key in self.calls:
             call = self.calls[key]
             call.violations = (*call.violations, rule)
@@ -461,6 +463,7 @@ class RuleEngine:
             f"made{mine}: {made}; an approver would be shown the arguments with digest "
             f"{_digest_text(shown)}",
             (run_id, scope or (), call_id),
+            None if own is None or shown is None else (shown, own.args_digest),
         )
 
     def _on_execution(self, entry: Entry) -> None:
@@ -495,7 +498,7 @@ class RuleEngine:
             self._report(
                 ARGUMENT_INTEGRITY, entry,
                 f"executed arguments {_digest_text(b['args_digest'])} differ from the call's "
-                f"{_digest_text(call.args_digest)}", key,
+                f"{_digest_text(call.args_digest)}", key, (call.args_digest, b["args_digest"]),
             )
         decision = self._in_force(call, leg)
         if decision is not None and decision.decision == "reject":
@@ -518,7 +521,7 @@ class RuleEngine:
                     f"approval at seq {decision.seq} was shown arguments "
                     f"{_digest_text(decision.args_digest)}, the call has "
                     f"{_digest_text(call.args_digest)}",
-                    key,
+                    key, (decision.args_digest, call.args_digest),
                 )
         if not call.executions:
             call.authorized_by = decision

@@ -11,18 +11,28 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from evidence_ledger.format.digests import parse_strict_json
 from evidence_ledger.format.entries import Entry
 from evidence_ledger.format.errors import UsageError
+from evidence_ledger.verify.findings import (
+    APPROVAL_BINDING,
+    ARGUMENT_INTEGRITY,
+    FOREIGN_INTERRUPTION,
+    Finding,
+)
 
 __all__ = [
+    "COMPARED_ROLES",
     "MIN_PREFIX_HEX",
     "PREVIEW_BYTES",
     "Redaction",
     "Value",
+    "ValueDiff",
+    "argument_payloads",
     "digest_prefix",
     "pick_digest",
     "preview",
@@ -116,17 +126,26 @@ class Value:
         digest: its SHA-256 (32 bytes).
         state: ``present`` (bytes at hand), ``redacted`` (erased by ``redaction``; never
             shown), ``withheld`` (not at hand: a bundle without payloads, or a report made
-            with ``--no-values``) or ``missing`` (gone with no redaction entry: lost).
+            with ``--no-values``), ``missing`` (gone with no redaction entry: lost),
+            ``unrecorded`` (an arguments digest whose arguments the ledger never held:
+            those an approver was shown, recorded before the ledger kept a copy) or
+            ``damaged`` (the stored bytes do not hash to ``digest``; never shown).
         data: the bytes (at most :data:`PREVIEW_BYTES` of them when ``cut``), when present.
         cut: ``data`` is the first :data:`PREVIEW_BYTES` bytes of a larger payload.
         redaction: the redaction, when redacted.
+        size: bytes of the whole payload, when its file was found (else None).
+        args_digest: the arguments digest (32 bytes) this value was asked for by, when it
+            is the value of arguments: the payload named by that digest, or the arguments
+            payload of an entry with that digest (else None).
     """
 
     digest: bytes
-    state: Literal["present", "redacted", "withheld", "missing"]
+    state: Literal["present", "redacted", "withheld", "missing", "unrecorded", "damaged"]
     data: bytes | None = None
     cut: bool = False
     redaction: Redaction | None = None
+    size: int | None = None
+    args_digest: bytes | None = None
 
     @classmethod
     def of(cls, digest: bytes, data: bytes | None, redactions: dict[bytes, Redaction],
@@ -172,19 +191,103 @@ class Value:
             return "value not included"
         if self.state == "missing":
             return "missing (no redaction entry erased it)"
+        if self.state == "unrecorded":
+            return "not recorded (the ledger holds its digest only)"
+        if self.state == "damaged":
+            return "damaged: the stored bytes do not match the digest (run verify)"
         size = len(self.data or b"")
         return f"{size}+ bytes" if self.cut else f"{size} bytes"
 
     def to_json(self) -> dict[str, Any]:
-        """``{"digest", "state", "value"?, "cut"?, "redaction"?}``; ``value`` is the
-        parsed JSON (or text) of a present payload."""
+        """``{"digest", "state", "value"?, "cut"?, "redaction"?, "size"?,
+        "args_digest"?}``; ``value`` is the parsed JSON (or text) of a present payload;
+        ``size`` (bytes) and ``args_digest`` only when known."""
         out: dict[str, Any] = {"digest": self.text, "state": self.state}
         if self.state == "present":
             out["value"] = self.parsed()
             out["cut"] = self.cut
         if self.redaction is not None:
             out["redaction"] = self.redaction.to_json()
+        if self.size is not None:
+            out["size"] = self.size
+        if self.args_digest is not None:
+            out["args_digest"] = "sha256:" + self.args_digest.hex()
         return out
+
+    def preview(self, width: int) -> str:
+        """One line of at most ``width`` characters (>= 2): the value as compact JSON
+        (:func:`preview`) when present, else :meth:`describe`."""
+        if self.state != "present":
+            return preview(self.describe(), width)
+        return preview(self.parsed(), width)
+
+
+COMPARED_ROLES = {
+    APPROVAL_BINDING: ("shown to the approver", "called"),
+    ARGUMENT_INTEGRITY: ("called", "executed"),
+    FOREIGN_INTERRUPTION: ("waited on by the run state", "called by its own run"),
+}
+"""Rule -> what its :attr:`Finding.compared` digests are, ``(expected, got)``, in words."""
+
+
+@dataclass(frozen=True)
+class ValueDiff:
+    """The two argument values a violation compared, and what differs between them.
+
+    Attributes:
+        rule: the rule (a key of :data:`COMPARED_ROLES`).
+        expected, got: the values of :attr:`Finding.compared` (what an approver was shown
+            or the call had; what the call had or ran).
+        lines: :func:`value_diff` of the two, when both are present (else empty).
+    """
+
+    rule: str
+    expected: Value
+    got: Value
+    lines: tuple[str, ...]
+
+    @classmethod
+    def of(cls, finding: Finding, expected: Value, got: Value, *, max_lines: int = 6,
+           ) -> ValueDiff:
+        """The diff of ``finding`` (whose ``compared`` is not None) given the two values
+        read for its digests; at most ``max_lines`` diff lines."""
+        both = expected.state == got.state == "present"
+        lines = value_diff(expected.parsed(), got.parsed(), max_lines=max_lines) if both else []
+        return cls(finding.rule, expected, got, tuple(lines))
+
+    @property
+    def roles(self) -> tuple[str, str]:
+        """What ``expected`` and ``got`` are, in words (:data:`COMPARED_ROLES`)."""
+        return COMPARED_ROLES.get(self.rule, ("expected", "got"))
+
+    def summary(self) -> list[str]:
+        """Lines for people: the diff lines, or, when a side cannot be shown, what each
+        side is (``shown to the approver: redacted by bob at seq 9: ...``)."""
+        if self.lines:
+            return list(self.lines)
+        return [f"{role}: {value.describe() if value.state != 'present' else value.text}"
+                for role, value in zip(self.roles, (self.expected, self.got), strict=True)
+                if value.state != "present"] or ["the two values are equal as JSON"]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"expected": {"role", **Value.to_json()}, "got": {...}, "diff": [line]}``."""
+        sides = zip(("expected", "got"), self.roles, (self.expected, self.got), strict=True)
+        return {**{name: {"role": role, **value.to_json()} for name, role, value in sides},
+                "diff": list(self.lines)}
+
+
+def argument_payloads(entries: Iterable[Entry], wanted: AbstractSet[bytes] | None = None,
+                      ) -> dict[bytes, bytes]:
+    """Arguments digest -> the payload holding those arguments (``args_payload``, 32 bytes
+    each), from the ``call`` and ``execution`` entries of ``entries`` (others skipped);
+    only the digests in ``wanted`` when given (memory: one pair per wanted digest)."""
+    found: dict[bytes, bytes] = {}
+    for entry in entries:
+        if entry.kind in ("call", "execution"):
+            args = entry.body["args_digest"]
+            if wanted is None or args in wanted:
+                found.setdefault(args, entry.body["args_payload"])
+    return found
 
 
 def preview(value: Any, width: int) -> str:
