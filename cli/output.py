@@ -95,6 +95,13 @@ stdout = _Console(soft_wrap=True, width=_WIDTH, emoji=False)  # ":skull:" stays 
 stderr = _Console(stderr=True, soft_wrap=True, width=_WIDTH, emoji=False)
 
 
+def width() -> int:
+    """Columns ``query`` lays its rows out in: ``COLUMNS`` when it is set (also when the
+    output is no terminal), else the console's (the terminal's; 200 for a pipe or file)."""
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else stdout.width
+
+
 PROGRESS_THRESHOLD = 100_000
 """Entries a job must pass before it shows a progress bar (and only on a terminal)."""
 

@@ -21,9 +21,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from evidence_ledger.cli import output
+import evidence_ledger as el
+from evidence_ledger.cli import output, rows
 from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
 
 __all__ = ["register"]
@@ -76,23 +76,97 @@ def _text(value: Any) -> str:
     return str(plain)
 
 
+def _params(pairs: list[str] | None) -> dict[str, str] | None:
+    """``--param NAME=VALUE`` options as a mapping (None when none is given).
+
+    Raises:
+        UsageError: for one without ``=`` or a name, or a name given twice.
+    """
+    if not pairs:
+        return None
+    params: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise el.UsageError(f"--param takes NAME=VALUE, not {pair!r}")
+        if name in params:
+            raise el.UsageError(f"--param {name} is given twice")
+        params[name] = value
+    return params
+
+
+def _list_named(json_: bool, expanded: bool | None) -> None:
+    """``query --list``: each named query's name, question, parameters and the rule it
+    mirrors (with ``--json``, its SQL too)."""
+    named = el.named_queries()
+    if json_:
+        output.print_json([q.to_json() for q in named])
+        return
+    rows.print_rows(
+        ["name", "question", "parameters", "mirrors"],
+        [[q.name, q.question, "; ".join(p.describe() for p in q.params), q.mirrors or ""]
+         for q in named],
+        f"{len(named)} named queries: query NAME [--param NAME=VALUE ...] runs one; "
+        "query --list --json prints their SQL (docs/QUERIES.md)",
+        expanded,
+    )
+
+
 def query(
-    sql: Annotated[str, typer.Argument(help="One SELECT statement (see docs/QUERIES.md).")],
+    sql_or_name: Annotated[
+        str | None,
+        typer.Argument(metavar="SQL_OR_NAME",
+                       help="One SELECT statement, or the name of an audit query (--list).",
+                       show_default=False),
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", metavar="NAME=VALUE", show_default=False,
+                     help="A parameter of the named query (repeat for each); bound, never "
+                          "pasted into the SQL."),
+    ] = None,
+    list_: Annotated[
+        bool, typer.Option("--list", help="List the named audit queries and their parameters.")
+    ] = False,
     ledger: LedgerOpt = None,
     format: Annotated[
         QueryFormat, typer.Option("--format", help="Output format.")
     ] = QueryFormat.table,
+    expanded: Annotated[
+        bool | None,
+        typer.Option("--expanded/--no-expanded", show_default=False,
+                     help="Table format: one record per block (column | value), or a table; "
+                          "default: records when the table is wider than the terminal."),
+    ] = None,
     rebuild: RebuildOpt = False,
     index: IndexOpt = None,
+    json_: JsonOpt = False,
 ) -> None:
-    """Run read-only SQL over the ledger's DuckDB index (brought up to date first).
+    """Run read-only SQL, or a named audit query, over the ledger's DuckDB index (brought
+    up to date first).
 
     Tables: entries, calls, approvals, executions, session_items, guardrails,
     guard_verdicts, revocations, violations, call_chains, ledger_index, log_blocks. A
-    statement that writes is refused (exit 2).
+    statement that writes is refused (exit 2). Named queries (query --list) answer the
+    audit questions of docs/QUERIES.md; those that mirror a verify rule return its
+    violations, one row each. The table format cuts digests to 12 hex digits; csv, json
+    and jsonl print them whole. --json is --format json.
     """
+    if list_:
+        if sql_or_name is not None or param:
+            raise el.UsageError("--list takes no query and no --param")
+        _list_named(json_, expanded)
+        return
+    if sql_or_name is None:
+        raise el.UsageError("give one SELECT statement or a query name (query --list)")
+    if json_:
+        if format not in (QueryFormat.table, QueryFormat.json):
+            raise el.UsageError(f"--json and --format {format.value}: give one")
+        format = QueryFormat.json
+    params = _params(param)
     with output.ProgressBar("indexing") as bar:
-        result = open_ledger(ledger).query(sql, index=index, rebuild=rebuild, progress=bar)
+        result = open_ledger(ledger).query(
+            sql_or_name, params=params, index=index, rebuild=rebuild, progress=bar)
     if format is QueryFormat.json:
         output.print_json([
             {c: _json_value(v) for c, v in zip(result.columns, row, strict=True)}
@@ -109,15 +183,10 @@ def query(
         writer.writerow(result.columns)
         writer.writerows([_text(v) for v in row] for row in result.rows)
     else:
-        table = Table(
-            caption=f"{len(result.rows)} row(s) at tree size {result.tree_size}",
-            caption_justify="left",
+        rows.print_rows(
+            result.columns, [[_text(v) for v in row] for row in result.rows],
+            f"{len(result.rows)} row(s) at tree size {result.tree_size}", expanded,
         )
-        for column in result.columns:
-            table.add_column(column, overflow="fold")
-        for row in result.rows:
-            table.add_row(*(_text(v) for v in row))
-        output.stdout.print(table, markup=False, highlight=False)
 
 
 def export(

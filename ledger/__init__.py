@@ -30,6 +30,7 @@ Verbs::
     Recorder(directory, policy=None)     record OpenAI Agents SDK runs; with a policy,
                                          guard the tools it names           [agents]
     read_policy(path)                    a guard policy file, checked
+    named_queries()                      the named audit queries Ledger.query runs by name
     SigningKey.generate(path, origin)    a checkpoint key; SigningKey.load(path)
     verify_bundle(bundle, verifier_keys)            a proof bundle, offline
     verify_checkpoint(note, verifier_keys)          a signed checkpoint, offline
@@ -60,6 +61,7 @@ _PUBLIC = {
     "scan_sessions": "evidence_ledger.api.offline",
     "run_demo": "evidence_ledger.api.demo",
     "read_policy": "evidence_ledger.record.policy_file",
+    "named_queries": "evidence_ledger.index.named",
     # errors
     "LedgerError": "evidence_ledger.format.errors",
     "EvidenceError": "evidence_ledger.format.errors",
@@ -82,6 +84,7 @@ _PUBLIC = {
     "Policy": "evidence_ledger.policy.model",
     "Value": "evidence_ledger.views.values",
     "ValueDiff": "evidence_ledger.views.values",
+    "NamedQuery": "evidence_ledger.index.named",
 }
 """Public name -> the module that defines it."""
 
@@ -97,6 +100,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "MissingExtraError",
+    "NamedQuery",
     "Policy",
     "PolicyError",
     "Recorder",
@@ -113,6 +117,7 @@ __all__ = [
     "VerifiedBundle",
     "VerifiedCheckpoint",
     "__version__",
+    "named_queries",
     "read_policy",
     "run_demo",
     "scan_sessions",
@@ -128,6 +133,7 @@ if TYPE_CHECKING:
     from evidence_ledger.api.offline import scan_sessions, verify_bundle, verify_checkpoint
     from evidence_ledger.bundle.verify import VerifiedBundle
     from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError, UsageError
+    from evidence_ledger.index.named import NamedQuery, named_queries
     from evidence_ledger.policy.model import Policy, PolicyError
     from evidence_ledger.record.integrations.guard import GuardDenied
     from evidence_ledger.record.integrations.openai_agents import Recorder

@@ -118,6 +118,12 @@ def test_verify_without_the_extras(evidence):
     assert done.stderr.endswith("LOADED [] EXIT 0\n"), done.stderr
 
 
+def test_query_list_without_the_extras(tmp_path: Path):
+    done = _without_extras("query", "--list", "--json", cwd=tmp_path)
+    assert done.stderr.endswith("LOADED [] EXIT 0\n"), done.stderr
+    assert [q["name"] for q in json.loads(done.stdout)] == [q.name for q in el.named_queries()]
+
+
 @pytest.mark.parametrize(("args", "extra", "what"), [
     (("demo", "--ledger", "new"), "agents", "demo"),
     (("query", "SELECT 1"), "query", "query"),

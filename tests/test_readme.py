@@ -36,7 +36,8 @@ CLI = [sys.executable, "-m", "evidence_ledger.cli.main"]
 FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 SPAN = re.compile(r"`([^`\n]+)`")
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
-HELP_OPTION = re.compile(r"^│?\s{1,4}(?:\*\s+)?(--[a-z][a-z0-9-]*)", re.MULTILINE)
+HELP_OPTION = re.compile(  # an option, and the other of a pair (--expanded  --no-expanded)
+    r"^│?\s{1,4}(?:\*\s+)?(--[a-z][a-z0-9-]*)(?:[ ]+(--[a-z][a-z0-9-]*))?", re.MULTILINE)
 HELP_COMMAND = re.compile(r"^│ ([a-z][a-z-]*)\s{2,}", re.MULTILINE)
 MODULE_PATH = re.compile(r"(?<![\w/.-])((?:ledger|cli|examples|benchmarks|tests)/[\w/]+\.py)")
 SHELL_LANGS = {"sh", "bash", "shell", "console", ""}
@@ -89,14 +90,19 @@ def _commands() -> frozenset[str]:
 @cache
 def _options(command: str) -> frozenset[str]:
     """The options ``evidence-ledger COMMAND --help`` lists, with the global ones."""
-    found = frozenset(HELP_OPTION.findall(_help(command)))
+    found = frozenset(_listed(_help(command)))
     assert "--help" in found, _help(command)
     return found | _global_options()
 
 
 @cache
 def _global_options() -> frozenset[str]:
-    return frozenset(HELP_OPTION.findall(_help()))
+    return frozenset(_listed(_help()))
+
+
+def _listed(help_text: str) -> list[str]:
+    """The options a help text lists (both of a flag pair)."""
+    return [o for pair in HELP_OPTION.findall(help_text) for o in pair if o]
 
 
 def test_help_parsers_read_the_cli():

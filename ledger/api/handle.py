@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -312,20 +312,30 @@ class Ledger:
         return size
 
     def query(
-        self, sql: str, *, index: Source | None = None, rebuild: bool = False,
-        progress: Progress | None = None,
+        self, sql_or_name: str, *, params: Mapping[str, object] | None = None,
+        index: Source | None = None, rebuild: bool = False, progress: Progress | None = None,
     ) -> QueryResult:
-        """Run one read-only SQL statement (``SELECT``) over the index, brought up to date
-        first; tables and columns: docs/QUERIES.md.
+        """Run one read-only SQL statement (``SELECT``), or a named audit query (see
+        :func:`evidence_ledger.named_queries`), over the index, brought up to date first;
+        tables and columns: docs/QUERIES.md.
+
+        Args:
+            sql_or_name: SQL, or the name of a named query (a single word that names none
+                is refused).
+            params: the named query's parameters, name -> value (text, or an int for an
+                ``INTEGER`` one; the others take their defaults); for SQL, the values of
+                its ``$name`` parameters. Always bound as prepared-statement parameters.
 
         Raises:
-            UsageError: for a statement that is not one read-only query, or an unusable
-                index.
+            UsageError: for an unknown query name, a parameter the query does not take,
+                lacks or cannot take (one line naming what is valid), a statement that is
+                not one read-only query, or an unusable index.
             EvidenceError: if the log fails integrity.
+            TypeError: for a parameter value of another Python type.
         """
         query = load("evidence_ledger.index.query", "query", "query")
         result: QueryResult = query.run_query(
-            self._book, sql, index, rebuild=rebuild, progress=progress
+            self._book, sql_or_name, index, params=params, rebuild=rebuild, progress=progress
         )
         return result
 

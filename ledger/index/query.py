@@ -1,4 +1,5 @@
-"""Reading the index: one read-only SQL statement over an index brought up to date first
+"""Reading the index: one read-only SQL statement, or a named audit query
+(:mod:`evidence_ledger.index.named`), over an index brought up to date first
 (:func:`run_query`; any reader: :func:`read_index`), read-only connections
 (:func:`connect_read_only`), and what a damaged index file raises
 (:func:`raise_if_damaged`, :func:`rebuilt_if_damaged`).
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from evidence_ledger.index.build import (
     update_index,
 )
 from evidence_ledger.index.db import one_line, one_row
+from evidence_ledger.index.named import resolve
 from evidence_ledger.storage.ledger_dir import Ledger
 
 __all__ = [
@@ -125,22 +127,32 @@ class QueryResult:
 
 def run_query(
     ledger: Ledger,
-    sql: str,
+    sql_or_name: str,
     path: str | os.PathLike[str] | None = None,
     *,
+    params: Mapping[str, object] | None = None,
     rebuild: bool = False,
     progress: Progress | None = None,
 ) -> QueryResult:
-    """Run one read-only SQL statement over the index, brought up to date first (see
-    :func:`read_index`).
+    """Run one read-only SQL statement, or the named audit query ``sql_or_name``
+    (:data:`evidence_ledger.index.named.NAMED_QUERIES`), over the index, brought up to
+    date first (see :func:`read_index`).
+
+    Args:
+        params: values of the named query's parameters (text, or ints for an ``INTEGER``
+            one; missing ones take their defaults); for SQL, values bound to its ``$name``
+            parameters as given. Bound as prepared-statement parameters, never pasted in.
 
     Raises:
-        UsageError: if the statement is not a single read, or fails (one-line message);
+        UsageError: for an unknown name or a bad parameter (before the index is touched),
+            a statement that is not a single read, or one that fails (one-line message);
             :class:`DamagedIndexError` for a damaged index named by ``path``.
         EvidenceError: if the log fails integrity while indexing.
+        TypeError: for a parameter value of another Python type than its parameter takes.
     """
+    sql, values = resolve(sql_or_name, params)
     check_read_only(sql)
-    return read_index(ledger, lambda con, target: _execute(con, sql, target), path,
+    return read_index(ledger, lambda con, target: _execute(con, sql, values, target), path,
                       rebuild=rebuild, progress=progress)
 
 
@@ -232,10 +244,12 @@ def raise_if_damaged(exc: duckdb.Error, path: str | os.PathLike[str] | None = No
         ) from exc
 
 
-def _execute(con: duckdb.DuckDBPyConnection, sql: str, path: Path) -> QueryResult:
+def _execute(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, object] | None, path: Path
+) -> QueryResult:
     try:
         meta = one_row(con, "SELECT tree_size, root_hash FROM ledger_index")
-        cursor = con.execute(sql)
+        cursor = con.execute(sql, params)
         rows = cursor.fetchall()
     except duckdb.Error as exc:
         raise_if_damaged(exc, path)
