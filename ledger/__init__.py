@@ -24,13 +24,15 @@ Verbs::
                                          verify, trace, inclusion_proof, consistency_proof,
                                          update_index, query, export, verify_export,
                                          ingest, redact, checkpoint, prove, repair_sessions,
-                                         diff (two runs side by side), revoke, approve
+                                         diff (two runs side by side), revoke, approve,
+                                         report (an HTML page of runs)
     Recorder(directory, policy=None)     record OpenAI Agents SDK runs; with a policy,
                                          guard the tools it names           [agents]
     read_policy(path)                    a guard policy file, checked
     SigningKey.generate(path, origin)    a checkpoint key; SigningKey.load(path)
     verify_bundle(bundle, verifier_keys)            a proof bundle, offline
     verify_checkpoint(note, verifier_keys)          a signed checkpoint, offline
+    report_bundle(bundle, verifier_keys, out)       a bundle's HTML report, offline
     scan_sessions(store)                 a session store, for tool items out of order
     run_demo(directory)                  the approval-flow demo                 [agents]
 
@@ -57,6 +59,7 @@ _PUBLIC = {
     "verify_checkpoint": "evidence_ledger.api.offline",
     "scan_sessions": "evidence_ledger.api.offline",
     "run_demo": "evidence_ledger.api.demo",
+    "report_bundle": "evidence_ledger.api.reports",
     "read_policy": "evidence_ledger.record.policy_file",
     # errors
     "LedgerError": "evidence_ledger.format.errors",
@@ -77,6 +80,7 @@ _PUBLIC = {
     "ScanReport": "evidence_ledger.sessions.report",
     "SessionRepair": "evidence_ledger.api.handle",
     "RunDiff": "evidence_ledger.verify.compare",
+    "ReportFile": "evidence_ledger.api.reports",
     "Policy": "evidence_ledger.policy.model",
 }
 """Public name -> the module that defines it."""
@@ -97,6 +101,7 @@ __all__ = [
     "PolicyError",
     "Recorder",
     "Report",
+    "ReportFile",
     "RunDiff",
     "ScanReport",
     "SessionRepair",
@@ -108,6 +113,7 @@ __all__ = [
     "VerifiedCheckpoint",
     "__version__",
     "read_policy",
+    "report_bundle",
     "run_demo",
     "scan_sessions",
     "verify_bundle",
@@ -120,6 +126,7 @@ if TYPE_CHECKING:
     from evidence_ledger.api.handle import Ledger, SessionRepair
     from evidence_ledger.api.keys import SigningKey
     from evidence_ledger.api.offline import scan_sessions, verify_bundle, verify_checkpoint
+    from evidence_ledger.api.reports import ReportFile, report_bundle
     from evidence_ledger.bundle.verify import VerifiedBundle
     from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError, UsageError
     from evidence_ledger.policy.model import Policy, PolicyError
