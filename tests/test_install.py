@@ -1,8 +1,8 @@
 """The package as a user installs it: a wheel, in fresh virtual environments.
 
 - ``pip install evidence-ledger`` (the base install): ``--version``, ``verify-proof``,
-  ``verify-checkpoint`` and ``report --bundle`` work; ``demo`` exits 2 naming the ``agents`` extra; neither
-  openai-agents, duckdb nor pyarrow is installed.
+  ``verify-checkpoint`` and ``report --bundle`` work; ``demo`` exits 2 naming the
+  ``agents`` extra; neither openai-agents, duckdb nor pyarrow is installed.
 - ``pip install 'evidence-ledger[all]'``: ``--version`` and ``demo`` work, and the README
   quick start runs as written, in a directory that also holds folders named ``ledger/``
   (a real ledger made by ``demo``) and ``cli/``.
