@@ -337,6 +337,16 @@ def test_every_string_of_the_evidence_is_shown_as_text(tmp_path):
     assert "\u202e" not in page and "r\\u202e1" in page
 
 
+def test_a_nested_call_sits_under_the_call_that_ran_it(tmp_path):
+    ledger = tmp_path / "ledger"
+    ingest(ledger, "nested_ownership")  # c1 and c2 each run an agent that calls n1
+    page = report(ledger, tmp_path / "r.html", "--run-id", "r1")
+    spans = [(a["data-call-id"], a["data-scope"], a["style"]) for tag, a, _ in elements(page)
+             if tag == "li" and "data-call-id" in a]
+    assert spans == [("c1", "", "--depth:0"), ("n1", "ask_payer:c1", "--depth:1"),
+                     ("c2", "", "--depth:0"), ("n1", "ask_payer:c2", "--depth:1")]
+
+
 # -- lineage ------------------------------------------------------------------------------
 
 

@@ -231,14 +231,15 @@ class Ledger:
         force: bool = False,
         progress: Progress | None = None,
     ) -> ReportFile:
-        """Write an HTML report of one run (``run_id``: an id, or a unique prefix of the id
-        of a run that made calls), one call's chain (``call_id``, optionally in ``run_id``)
-        or the whole log: one self-contained page (nothing fetched, no script) with the
-        verdict, the latest signed checkpoint (checked with ``verifier_keys``), a timeline
-        per run (calls, decisions, executions, session items; nested scopes indented),
-        each violation at its place, the run-state lineage, and the payload values
-        (redacted ones never; none at all unless ``values``). Verifies the ledger first
-        (as :meth:`verify`), then reads the log once more (``progress`` follows that).
+        """Write an HTML report of one run (``run_id`` alone: its id, or a unique prefix of
+        the id of a run that made calls), one call's chain (``call_id``, optionally in the
+        run ``run_id``) or the whole log (``whole_log``): one self-contained page (nothing
+        fetched, no script) with the verdict, the latest signed checkpoint (checked with
+        ``verifier_keys``), a timeline per run (calls, decisions, executions, session
+        items; nested scopes indented), each violation at its place, the run-state
+        lineage, and the payload values (redacted ones never; none at all unless
+        ``values``). Verifies the ledger first (as :meth:`verify`), then reads the log
+        once more (``progress`` follows that).
 
         Returns:
             The file written; ``.model.ok`` is False when a violation is shown.

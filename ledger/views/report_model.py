@@ -468,7 +468,7 @@ def build_report(
             run.items.append(span)
         span.steps.append(step)
     for run in runs.values():
-        run.items.sort(key=lambda item: item.first_seq)
+        run.items = _nested(run.items, spans)
         focus = selection.call_id if selection.mode == "call" else None
         run.states, run.states_left = _states(lineage.get(run.run_id or "", []), focus)
     shown = unplaced = 0
@@ -500,6 +500,33 @@ def build_report(
         over_budget=values.over_budget, redacted=len(values.redactions),
         notices=list(notices), unlisted=max(unplaced - MAX_UNPLACED, 0),
     )
+
+
+def _nested(items: list[CallSpan | Step], spans: Mapping[CallKey, CallSpan],
+            ) -> list[CallSpan | Step]:
+    """``items`` by first seq, each agent-as-tool call's span right under the span of the
+    call that ran it (its scope's last edge, ``tool:call_id``, names that call), those of
+    one parent by first seq; a span whose parent is not shown stays in seq order."""
+    edges = {(k[0], k[1], f"{span.tool}:{k[2]}"): k for k, span in spans.items()}
+    children: dict[CallKey, list[CallSpan]] = {}
+    top: list[CallSpan | Step] = []
+    for item in sorted(items, key=lambda item: item.first_seq):
+        parent = None
+        if isinstance(item, CallSpan) and item.key[1]:
+            run, scope = item.key[0], item.key[1]
+            parent = edges.get((run, scope[:-1], scope[-1]))
+        if isinstance(item, CallSpan) and parent is not None:
+            children.setdefault(parent, []).append(item)
+        else:
+            top.append(item)
+    ordered: list[CallSpan | Step] = []
+    stack = list(reversed(top))
+    while stack:  # depth first, without recursion
+        item = stack.pop()
+        ordered.append(item)
+        if isinstance(item, CallSpan):
+            stack.extend(reversed(children.get(item.key, [])))
+    return ordered
 
 
 def _call_key(entry: Entry) -> CallKey | None:
