@@ -26,7 +26,8 @@ Verbs::
                                          ingest, redact, checkpoint, prove, repair_sessions,
                                          diff (two runs side by side), revoke, approve,
                                          value / open_payload (a payload by digest or
-                                         prefix), violation_values, trace_values
+                                         prefix), violation_values, trace_values, report
+                                         (an HTML page of runs)
     Recorder(directory, policy=None)     record OpenAI Agents SDK runs; with a policy,
                                          guard the tools it names           [agents]
     read_policy(path)                    a guard policy file, checked
@@ -34,6 +35,7 @@ Verbs::
     SigningKey.generate(path, origin)    a checkpoint key; SigningKey.load(path)
     verify_bundle(bundle, verifier_keys)            a proof bundle, offline
     verify_checkpoint(note, verifier_keys)          a signed checkpoint, offline
+    report_bundle(bundle, verifier_keys, out)       a bundle's HTML report, offline
     scan_sessions(store)                 a session store, for tool items out of order
     run_demo(directory)                  the approval-flow demo                 [agents]
 
@@ -60,6 +62,7 @@ _PUBLIC = {
     "verify_checkpoint": "evidence_ledger.api.offline",
     "scan_sessions": "evidence_ledger.api.offline",
     "run_demo": "evidence_ledger.api.demo",
+    "report_bundle": "evidence_ledger.api.reports",
     "read_policy": "evidence_ledger.record.policy_file",
     "named_queries": "evidence_ledger.index.named",
     # errors
@@ -81,6 +84,7 @@ _PUBLIC = {
     "ScanReport": "evidence_ledger.sessions.report",
     "SessionRepair": "evidence_ledger.api.handle",
     "RunDiff": "evidence_ledger.verify.compare",
+    "ReportFile": "evidence_ledger.api.reports",
     "Policy": "evidence_ledger.policy.model",
     "Value": "evidence_ledger.views.values",
     "ValueDiff": "evidence_ledger.views.values",
@@ -105,6 +109,7 @@ __all__ = [
     "PolicyError",
     "Recorder",
     "Report",
+    "ReportFile",
     "RunDiff",
     "ScanReport",
     "SessionRepair",
@@ -119,6 +124,7 @@ __all__ = [
     "__version__",
     "named_queries",
     "read_policy",
+    "report_bundle",
     "run_demo",
     "scan_sessions",
     "verify_bundle",
@@ -131,6 +137,7 @@ if TYPE_CHECKING:
     from evidence_ledger.api.handle import Ledger, SessionRepair
     from evidence_ledger.api.keys import SigningKey
     from evidence_ledger.api.offline import scan_sessions, verify_bundle, verify_checkpoint
+    from evidence_ledger.api.reports import ReportFile, report_bundle
     from evidence_ledger.bundle.verify import VerifiedBundle
     from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError, UsageError
     from evidence_ledger.index.named import NamedQuery, named_queries

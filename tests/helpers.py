@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import NoReturn
 
 from evidence_ledger.cli.main import main
 from evidence_ledger.format.framing import FRAME_OVERHEAD, Record
@@ -79,8 +80,6 @@ def forge_entry(ledger: Path, seq: int, edit: Callable[[bytes], bytes]) -> None:
 def require_strace() -> str:
     """The path of ``strace``, where it runs and may trace (ptrace allowed); otherwise the
     test is skipped, naming why, except on CI (``CI`` set), where it fails."""
-    import pytest
-
     strace = shutil.which("strace")
     why = "strace is not installed"
     if strace is not None:
@@ -89,8 +88,27 @@ def require_strace() -> str:
         if probe.returncode == 0:
             return strace
         why = f"strace cannot trace here: {probe.stderr.strip()[:200]}"
+    _unavailable(why, "strace")
+
+
+def require_chromium() -> str:
+    """The path of Debian's ``chromium``, where it and Playwright (which drives it; never
+    ``playwright install``) are installed; otherwise the test is skipped, naming why,
+    except on CI (``CI`` set), where it fails."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        _unavailable("chromium is not installed (apt-get install chromium)", "chromium")
+    if importlib.util.find_spec("playwright") is None:
+        _unavailable("playwright is not installed (pip install -e '.[dev]')", "playwright")
+    return chromium
+
+
+def _unavailable(why: str, what: str) -> NoReturn:
+    """Skip the test, naming why; on CI (``CI`` set), fail it: CI installs ``what``."""
+    import pytest
+
     if os.environ.get("CI"):
-        pytest.fail(f"{why} (CI installs strace and must run this test)")
+        pytest.fail(f"{why} (CI installs {what} and must run this test)")
     pytest.skip(why)
 
 

@@ -1,8 +1,8 @@
 """The package as a user installs it: a wheel, in fresh virtual environments.
 
-- ``pip install evidence-ledger`` (the base install): ``--version``, ``verify-proof`` and
-  ``verify-checkpoint`` work; ``demo`` exits 2 naming the ``agents`` extra; neither
-  openai-agents, duckdb nor pyarrow is installed.
+- ``pip install evidence-ledger`` (the base install): ``--version``, ``verify-proof``,
+  ``verify-checkpoint`` and ``report --bundle`` work; ``demo`` exits 2 naming the
+  ``agents`` extra; neither openai-agents, duckdb nor pyarrow is installed.
 - ``pip install 'evidence-ledger[all]'``: ``--version`` and ``demo`` work, and the README
   quick start runs as written, in a directory that also holds folders named ``ledger/``
   (a real ledger made by ``demo``) and ``cli/``.
@@ -101,6 +101,11 @@ def test_the_base_install_verifies_and_names_missing_extras(wheel, evidence, tmp
     assert _checked([cli, "verify-checkpoint", evidence["checkpoint"], "--verifier-key",
                      evidence["vkey"]], tmp_path).startswith(
         "checkpoint OK: origin install.example/log, tree size ")
+    page = tmp_path / "bundle.html"  # the report's template ships in the wheel
+    assert _checked([cli, "report", "--bundle", evidence["bundle"], "--verifier-key",
+                     evidence["vkey"], "--out", str(page)], tmp_path).startswith(
+        f"wrote {page} (")
+    assert page.read_text().startswith("<!DOCTYPE html>")
     demo = _run([cli, "demo", "--ledger", "new"], tmp_path)
     assert (demo.returncode, demo.stdout) == (2, "")
     assert demo.stderr == ("evidence-ledger: error: demo needs the 'agents' extra "

@@ -61,6 +61,7 @@ from evidence_ledger.views.payloads import (
 from evidence_ledger.views.values import Value, ValueDiff
 
 if TYPE_CHECKING:
+    from evidence_ledger.api.reports import ReportFile
     from evidence_ledger.bundle.build import Bundle
     from evidence_ledger.index.export import ExportCheck
     from evidence_ledger.index.query import QueryResult
@@ -290,6 +291,43 @@ class Ledger:
             EvidenceError: if the log is damaged.
         """
         return prove_consistency_checked(self._book, old_size, new_size, notice or _quiet)
+
+    def report(
+        self,
+        out: Source,
+        *,
+        run_id: str | None = None,
+        call_id: str | None = None,
+        whole_log: bool = False,
+        verifier_keys: str | Sequence[str] = (),
+        values: bool = True,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> ReportFile:
+        """Write an HTML report of one run (``run_id`` alone: its id, or a unique prefix of
+        the id of a run that made calls), one call's chain (``call_id``, optionally in the
+        run ``run_id``) or the whole log (``whole_log``): one self-contained page (nothing
+        fetched, no script) with the verdict, the latest signed checkpoint (checked with
+        ``verifier_keys``), a timeline per run (calls, decisions, executions, session
+        items; nested scopes indented), each violation at its place, the run-state
+        lineage, and the payload values (redacted ones never; none at all unless
+        ``values``). Verifies the ledger first (as :meth:`verify`), then reads the log
+        once more (``progress`` follows that).
+
+        Returns:
+            The file written; ``.model.ok`` is False when a violation is shown.
+
+        Raises:
+            UsageError: for no or a conflicting selection, a run or call no entry names,
+                an existing ``out`` (unless ``force``) or one inside the ledger directory,
+                or a malformed verifier key.
+            StorageError: if the file cannot be written.
+        """
+        from evidence_ledger.api.reports import report_ledger
+
+        return report_ledger(self._book, self.verify, out, run_id=run_id, call_id=call_id,
+                             whole_log=whole_log, verifier_keys=verifier_keys, values=values,
+                             force=force, progress=progress)
 
     # -- SQL (the [query] extra) ------------------------------------------------------
 

@@ -313,14 +313,16 @@ class PayloadStore:
             raise StorageError(f"cannot remove payload {path}: {exc}") from exc
         return removed
 
-    def get(self, digest: bytes) -> bytes | None:
+    def get(self, digest: bytes, limit: int | None = None) -> bytes | None:
         """The payload bytes for ``digest``, or None when absent (never stored or erased).
+        ``limit``: read at most ``limit + 1`` bytes (a longer result says the payload is
+        larger than ``limit``); None reads it all.
 
         Only a regular file is read: a symlink, FIFO or device in its place (which could
         block or never end) counts as absent; :meth:`check` reports it.
         """
         try:
-            return read_regular(self._checked(digest))
+            return read_regular(self._checked(digest), limit)
         except (FileNotFoundError, NotADirectoryError, NotRegularFileError):
             return None
 
