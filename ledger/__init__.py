@@ -26,9 +26,11 @@ Verbs::
     Recorder(directory, policy=None)     record OpenAI Agents SDK runs; with a policy,
                                          guard the tools it names           [agents]
     read_policy(path)                    a guard policy file, checked
-    SigningKey.generate(path, origin)    a checkpoint key; SigningKey.load(path)
+    SigningKey.generate(path, origin)    a checkpoint key (and its .vkey file);
+                                         SigningKey.load(path)
     verify_bundle(bundle, verifier_keys)            a proof bundle, offline
     verify_checkpoint(note, verifier_keys)          a signed checkpoint, offline
+    verify_export(directory, verifier_keys)         an export, offline          [query]
     scan_sessions(store)                 a session store, for tool items out of order
     run_demo(directory)                  the approval-flow demo                 [agents]
 
@@ -53,6 +55,7 @@ _PUBLIC = {
     "SigningKey": "evidence_ledger.api.keys",
     "verify_bundle": "evidence_ledger.api.offline",
     "verify_checkpoint": "evidence_ledger.api.offline",
+    "verify_export": "evidence_ledger.api.offline",
     "scan_sessions": "evidence_ledger.api.offline",
     "run_demo": "evidence_ledger.api.demo",
     "read_policy": "evidence_ledger.record.policy_file",
@@ -110,6 +113,7 @@ __all__ = [
     "scan_sessions",
     "verify_bundle",
     "verify_checkpoint",
+    "verify_export",
 ]
 
 if TYPE_CHECKING:
@@ -117,7 +121,12 @@ if TYPE_CHECKING:
     from evidence_ledger.api.extras import MissingExtraError
     from evidence_ledger.api.handle import Ledger, SessionRepair
     from evidence_ledger.api.keys import SigningKey
-    from evidence_ledger.api.offline import scan_sessions, verify_bundle, verify_checkpoint
+    from evidence_ledger.api.offline import (
+        scan_sessions,
+        verify_bundle,
+        verify_checkpoint,
+        verify_export,
+    )
     from evidence_ledger.bundle.verify import VerifiedBundle
     from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError, UsageError
     from evidence_ledger.policy.model import Policy, PolicyError

@@ -298,7 +298,8 @@ def _checked_head(ledger: Ledger, sizes: Iterable[int], leaf_index: int | None =
                      else "the log gives another root there")
             raise EvidenceError(
                 f"the log contradicts its stored checkpoint {number} (tree size "
-                f"{checkpoint.size}): {found}; no proof is made from it (run verify)")
+                f"{checkpoint.size}): {found}; nothing is proven or signed from it (run "
+                "verify)")
     return head
 
 
