@@ -45,12 +45,15 @@ from evidence_ledger.index.export import export_ledger
 from evidence_ledger.index.query import run_query
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.tlog.note import Signer
 from evidence_ledger.verify.records import verify_records
 
 T = TypeVar("T")
 GROUP = 10_000
 CHAINS_PER_RUN = 40
 T0 = 1_741_000_000 * 10**9
+SIGNER = Signer.generate("bench.example/index")
+"""Signs the exports (the benchmark ledgers have no stored checkpoint to match)."""
 
 
 def _digest(text: str) -> bytes:
@@ -223,7 +226,7 @@ def run(directory: Path, entries: int) -> list[tuple[str, str, str]]:
                                                       "and save dominate)", ""))
 
     export_dir = directory / "export"
-    seconds, _ = _timed(lambda: export_ledger(ledger, export_dir, "parquet"))
+    seconds, _ = _timed(lambda: export_ledger(ledger, export_dir, "parquet", SIGNER))
     size = sum(p.stat().st_size for p in export_dir.iterdir()) / 1e6
     out.append(("export parquet (index current)", f"{seconds:.1f} s ({size:,.1f} MB)", ""))
     return out
@@ -278,7 +281,8 @@ def rows(ledgers: dict[int, Path], verify_rates: dict[int, float] | None = None)
             ))
             export_dir = Path(work) / "export"
             export_s = median_time(
-                lambda: export_ledger(ledger, export_dir, "parquet", index=index),  # noqa: B023
+                lambda: export_ledger(
+                    ledger, export_dir, "parquet", SIGNER, index=index),  # noqa: B023
                 setup=lambda: shutil.rmtree(export_dir, ignore_errors=True),  # noqa: B023
             )
             mb = sum(p.stat().st_size for p in export_dir.iterdir()) / 1e6

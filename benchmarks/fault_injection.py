@@ -115,7 +115,7 @@ COMMANDS = (
                            "--reason", "erasure request"), did=_erased),
     Command("checkpoint", _cli("checkpoint", "--ledger", "{W}/L", "--key", "{W}/log.key")),
     Command("export", _cli("export", "--ledger", "{W}/L", "--format", "jsonl",
-                           "--out", "{W}/out"), outputs=("out",)),
+                           "--out", "{W}/out", "--key", "{W}/log.key"), outputs=("out",)),
 )
 
 

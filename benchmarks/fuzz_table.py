@@ -155,12 +155,14 @@ class _InFile:
 
 
 def _manifests() -> tuple[list[bytes], Callable[[bytes], object]]:
-    from evidence_ledger.index.export import _read_manifest
+    from evidence_ledger.index.export_check import _read_manifest
 
     seed = json.dumps({
-        "export_format_version": 1, "format": "jsonl", "tree_size": 12,
-        "root_hash": "3q2+7w==", "since": None, "until": 1700000000000000000,
-        "files": [{"name": "calls", "file": "calls.jsonl", "rows": 3,
+        "export_format_version": 2, "format": "jsonl", "tree_size": 12,
+        "root_hash": "3q2+7w==", "since_ns": None, "until_ns": 1700000000000000000,
+        "files": [{"name": "entries.bin", "entries": 12, "sha256": "sha256:" + "cd" * 32},
+                  {"name": "checkpoint.note", "sha256": "sha256:" + "ef" * 32},
+                  {"name": "calls.jsonl", "view": "calls", "rows": 3,
                    "sha256": "sha256:" + "ab" * 32}],
     }).encode()
     parser = _InFile("", lambda path: _read_manifest(path.parent))

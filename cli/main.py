@@ -21,7 +21,17 @@ import typer
 from rich.markup import escape
 
 import evidence_ledger as el
-from evidence_ledger.cli import bundles, guard, output, query, report, sessions, tlog, values
+from evidence_ledger.cli import (
+    bundles,
+    exports,
+    guard,
+    output,
+    query,
+    report,
+    sessions,
+    tlog,
+    values,
+)
 from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
 
 app = typer.Typer(
@@ -354,7 +364,7 @@ def demo(
     raise typer.Exit(0 if report.ok else 1)
 
 
-for _commands in (tlog, query, sessions, bundles, guard, values, report):
+for _commands in (tlog, query, exports, sessions, bundles, guard, values, report):
     _commands.register(app)
 
 

@@ -1,10 +1,9 @@
-"""Audit commands: ``query`` (read-only SQL over the DuckDB index), ``export`` and
-``verify-export`` (compliance files bound to the log by a manifest).
+"""Audit command ``query``: read-only SQL over the DuckDB index (``export`` and
+``verify-export`` are in :mod:`evidence_ledger.cli.exports`).
 
-Thin: parse arguments, call the public API (``Ledger.query``, ``export``,
-``verify_export``), print. Errors are :class:`evidence_ledger.LedgerError` types, turned into
-one line and an exit code by the handler in :mod:`evidence_ledger.cli.main`. Tables and
-columns: docs/QUERIES.md.
+Thin: parse arguments, call the public API (``Ledger.query``), print. Errors are
+:class:`evidence_ledger.LedgerError` types, turned into one line and an exit code by the
+handler in :mod:`evidence_ledger.cli.main`. Tables and columns: docs/QUERIES.md.
 """
 
 from __future__ import annotations
@@ -16,11 +15,9 @@ import json
 import math
 import sys
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 import evidence_ledger as el
 from evidence_ledger.cli import output, rows
@@ -32,12 +29,6 @@ class QueryFormat(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
-    jsonl = "jsonl"
-
-
-class ExportFormat(StrEnum):
-    parquet = "parquet"
-    csv = "csv"
     jsonl = "jsonl"
 
 
@@ -189,65 +180,6 @@ def query(
         )
 
 
-def export(
-    format: Annotated[ExportFormat, typer.Option("--format", help="File format.")],
-    out: Annotated[Path, typer.Option("--out", help="New (or empty) output directory.")],
-    ledger: LedgerOpt = None,
-    since: Annotated[
-        str | None, typer.Option(help="Only rows at or after T (ISO 8601 UTC, or ns).")
-    ] = None,
-    until: Annotated[
-        str | None, typer.Option(help="Only rows before T (ISO 8601 UTC, or ns).")
-    ] = None,
-    index: IndexOpt = None,
-    json_: JsonOpt = False,
-) -> None:
-    """Export every view, one file each, and manifest.json (tree size, root hash, SHA-256
-    of every file). Check it later with verify-export."""
-    book = open_ledger(ledger)
-    with output.ProgressBar("exporting") as bar:
-        manifest = book.export(
-            out, format.value, since=since, until=until, index=index, progress=bar,
-        )
-    rows = sum(f["rows"] for f in manifest["files"])
-    if json_:
-        output.print_json({"out": str(out), **manifest})
-        return
-    output.stdout.print(
-        f"exported {len(manifest['files'])} files ({rows} rows) to {out} at tree size "
-        f"{manifest['tree_size']}, root hash {manifest['root_hash']}",
-        highlight=False, markup=False,
-    )
-
-
-def verify_export_(
-    directory: Annotated[Path, typer.Argument(help="Export directory (holds manifest.json).")],
-    ledger: LedgerOpt = None,
-    json_: JsonOpt = False,
-) -> None:
-    """Check an export against the ledger: root hash at its tree size, every file's
-    SHA-256, and every file's rows re-derived from the entries. Exit 0 match, 1 mismatch."""
-    book = open_ledger(ledger)
-    with output.ProgressBar("re-deriving") as bar:
-        check = book.verify_export(directory, progress=bar)
-    if json_:
-        output.print_json({"ok": check.ok, "tree_size": check.tree_size,
-                           "root_hash": check.root_hash, "problems": check.problems})
-    else:
-        for problem in check.problems:
-            output.stdout.print(f"[red]mismatch[/]: {escape(problem)}", highlight=False)
-        if check.ok:
-            output.stdout.print(
-                f"[green]OK[/]: {check.files} files match the ledger at tree size "
-                f"{check.tree_size}, root hash {check.root_hash}", highlight=False,
-            )
-        else:
-            output.stdout.print("[red]FAIL[/]")
-    raise typer.Exit(0 if check.ok else 1)
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``query``, ``export`` and ``verify-export`` to ``app``."""
+    """Add ``query`` to ``app``."""
     app.command("query")(query)
-    app.command("export")(export)
-    app.command("verify-export")(verify_export_)

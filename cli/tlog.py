@@ -63,16 +63,41 @@ def keygen_command(
     ],
     as_json: JsonOpt = False,
 ) -> None:
-    """Create an Ed25519 key; print its verifier key (C2SP signed-note).
+    """Create an Ed25519 key; write its verifier key (C2SP signed-note) beside it and print it.
+
+    The verifier key goes to PATH with a final `.key` replaced by `.vkey` (`ledger.key` ->
+    `ledger.vkey`; else `.vkey` is added): the file to hand to whoever verifies. Neither
+    file is ever overwritten; a failed write leaves neither.
 
     A ledger's checkpoint key (its name is the origin), or an approver's key for signed
     approvals (its name is the approver's, as the policy's `[keys]` names it).
     """
     vkey = el.SigningKey.generate(out, origin).verifier_key
     if as_json:
-        output.print_json({"verifier_key": vkey, "key_file": str(out)})
+        output.print_json({"verifier_key": vkey, "key_file": str(out),
+                           "verifier_key_file": str(el.SigningKey.verifier_key_path(out))})
     else:
         typer.echo(vkey)
+
+
+def pubkey_command(
+    key: Annotated[
+        Path, typer.Argument(metavar="KEY", help="Private key file (keygen's).",
+                             show_default=False)
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the verifier key (C2SP signed-note) of a private key file.
+
+    What `keygen` printed and wrote to the key's `.vkey` file; for a key made before
+    `keygen` wrote that file, `evidence-ledger pubkey ledger.key > ledger.vkey` makes it.
+    """
+    signing = el.SigningKey.load(key)
+    if as_json:
+        output.print_json({"verifier_key": signing.verifier_key, "name": signing.name,
+                           "key_file": str(key)})
+    else:
+        typer.echo(signing.verifier_key)
 
 
 def checkpoint_command(
@@ -174,9 +199,10 @@ def consistency_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``keygen``, ``checkpoint``, ``verify-checkpoint``, ``inclusion`` and
-    ``consistency`` to ``app``."""
+    """Add ``keygen``, ``pubkey``, ``checkpoint``, ``verify-checkpoint``, ``inclusion``
+    and ``consistency`` to ``app``."""
     app.command("keygen")(keygen_command)
+    app.command("pubkey")(pubkey_command)
     app.command("checkpoint")(checkpoint_command)
     app.command("verify-checkpoint")(verify_checkpoint_command)
     app.command("inclusion")(inclusion_command)

@@ -32,9 +32,11 @@ Verbs::
                                          guard the tools it names           [agents]
     read_policy(path)                    a guard policy file, checked
     named_queries()                      the named audit queries Ledger.query runs by name
-    SigningKey.generate(path, origin)    a checkpoint key; SigningKey.load(path)
+    SigningKey.generate(path, origin)    a checkpoint key (and its .vkey file);
+                                         SigningKey.load(path)
     verify_bundle(bundle, verifier_keys)            a proof bundle, offline
     verify_checkpoint(note, verifier_keys)          a signed checkpoint, offline
+    verify_export(directory, verifier_keys)         an export, offline          [query]
     report_bundle(bundle, verifier_keys, out)       a bundle's HTML report, offline
     scan_sessions(store)                 a session store, for tool items out of order
     run_demo(directory)                  the approval-flow demo                 [agents]
@@ -60,6 +62,7 @@ _PUBLIC = {
     "SigningKey": "evidence_ledger.api.keys",
     "verify_bundle": "evidence_ledger.api.offline",
     "verify_checkpoint": "evidence_ledger.api.offline",
+    "verify_export": "evidence_ledger.api.offline",
     "scan_sessions": "evidence_ledger.api.offline",
     "run_demo": "evidence_ledger.api.demo",
     "report_bundle": "evidence_ledger.api.reports",
@@ -129,6 +132,7 @@ __all__ = [
     "scan_sessions",
     "verify_bundle",
     "verify_checkpoint",
+    "verify_export",
 ]
 
 if TYPE_CHECKING:
@@ -136,7 +140,12 @@ if TYPE_CHECKING:
     from evidence_ledger.api.extras import MissingExtraError
     from evidence_ledger.api.handle import Ledger, SessionRepair
     from evidence_ledger.api.keys import SigningKey
-    from evidence_ledger.api.offline import scan_sessions, verify_bundle, verify_checkpoint
+    from evidence_ledger.api.offline import (
+        scan_sessions,
+        verify_bundle,
+        verify_checkpoint,
+        verify_export,
+    )
     from evidence_ledger.api.reports import ReportFile, report_bundle
     from evidence_ledger.bundle.verify import VerifiedBundle
     from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError, UsageError

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from benchmarks.workload import build_ledger
-from tests.helpers import DATA, ingest
+from tests.helpers import DATA, ingest, run_cli
 
 _PEAK = """
 import sys
@@ -106,21 +107,46 @@ def test_the_peak_helper_sees_memory_a_process_holds():
 
 
 _VERIFY_EXPORT = """
-from evidence_ledger import Ledger, LedgerError
+from evidence_ledger import LedgerError, verify_export
 try:
-    Ledger(sys.argv[1]).verify_export(sys.argv[2])
+    check = verify_export(sys.argv[1], sys.argv[2])
+    print(check.ok, *check.problems, sep="|")
 except LedgerError as exc:
     print(exc)
 """
 
 
+def _keyed_export(tmp_path) -> tuple[Path, str]:
+    """An export (JSON Lines) of a small ledger and its verifier key."""
+    ingest(tmp_path / "L")
+    key = tmp_path / "k.key"
+    vkey = run_cli("keygen", "--origin", "example.com/log", "--out", str(key)).out.strip()
+    done = run_cli("export", "--ledger", str(tmp_path / "L"), "--format", "jsonl", "--out",
+                   str(tmp_path / "out"), "--key", str(key))
+    assert done.code == 0, done.err
+    return tmp_path / "out", vkey
+
+
 def test_verify_export_refuses_a_huge_manifest_unread(tmp_path):
     """Regression (hostile-input audit): ``manifest.json`` was read whole, whatever its
     size."""
-    ingest(tmp_path / "L")
-    (tmp_path / "out").mkdir()
-    with open(tmp_path / "out" / "manifest.json", "wb") as fh:
+    out, vkey = _keyed_export(tmp_path)
+    with open(out / "manifest.json", "wb") as fh:
         fh.truncate(512 << 20)  # sparse
-    peak, said = peak_rss_kb(_VERIFY_EXPORT, str(tmp_path / "L"), str(tmp_path / "out"))
+    peak, said = peak_rss_kb(_VERIFY_EXPORT, str(out), vkey)
     assert "larger than the largest export manifest" in said, said
     assert peak < 256 << 10, peak
+
+
+def test_verify_export_streams_the_entries_file(tmp_path):
+    """``entries.bin`` is hashed and scanned 1 MiB at a time: 512 MiB more of it (zeros,
+    as a torn tail) costs no memory."""
+    out, vkey = _keyed_export(tmp_path)
+    base, said = peak_rss_kb(_VERIFY_EXPORT, str(out), vkey)
+    assert said == "True", said
+    with open(out / "entries.bin", "r+b") as fh:
+        fh.truncate(fh.seek(0, 2) + (512 << 20))  # sparse
+    peak, said = peak_rss_kb(_VERIFY_EXPORT, str(out), vkey)
+    assert said.startswith("False|entries.bin: SHA-256 ") and said.endswith(
+        f"|entries.bin: {512 << 20} bytes after its last whole entry"), said
+    assert peak <= 1.2 * base, (base, peak)

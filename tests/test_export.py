@@ -1,7 +1,9 @@
-"""Compliance export: files read back the same, CSV escaping, and verify-export."""
+"""Compliance export: files read back the same, CSV escaping, the signed manifest and
+checkpoint, and verify-export with and without the ledger."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import hashlib
 import io
@@ -14,19 +16,44 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import evidence_ledger as el
 from evidence_ledger.format.errors import UsageError
+from evidence_ledger.format.framing import Record, frame, scan_bytes
 from evidence_ledger.format.times import parse_time
 from evidence_ledger.index import build as index_mod
 from evidence_ledger.index.db import VIEWS
-from evidence_ledger.index.export import OTEL_NAMES, export_ledger, verify_export
+from evidence_ledger.index.export import OTEL_NAMES, export_ledger, export_statement
+from evidence_ledger.index.export_check import verify_export as check_export
 from evidence_ledger.index.query import connect_read_only
 from evidence_ledger.record.ingest import ingest_file
 from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage.keys import load_signer
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.tlog.dsse import PAYLOAD_TYPE, sign_envelope
 from tests.helpers import DATA, run_cli
 from tests.test_index import DAY, ODD_APPROVER, ODD_REASON, ODD_TOOL, T0, build_audit_ledger
 
 FORMATS = ["parquet", "csv", "jsonl"]
+ORIGIN = "audit.example/log"
+CARRIED = ["manifest.json", "manifest.dsse.json", "entries.bin", "checkpoint.note"]
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> dict[str, Path]:
+    """The ledger's key and another key of the same name (paths; ``.vkey`` beside each)."""
+    root = tmp_path_factory.mktemp("keys")
+    for name in ("ledger", "other"):
+        el.SigningKey.generate(root / f"{name}.key", ORIGIN)
+    return {name: root / f"{name}.key" for name in ("ledger", "other")}
+
+
+def vkey(key: Path) -> str:
+    return el.SigningKey.verifier_key_path(key).read_text().strip()
+
+
+def key_label(key: Path) -> str:
+    """``name+hex8`` of a key, as a signed note's errors name it."""
+    return "+".join(vkey(key).split("+")[:2])
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +64,40 @@ def audit(tmp_path_factory) -> Ledger:
 
 
 @pytest.fixture(scope="module")
-def exports(audit, tmp_path_factory) -> dict[str, Path]:
+def exports(audit, keys, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("exports")
     for fmt in FORMATS:
-        export_ledger(audit, root / fmt, fmt)
+        export_ledger(audit, root / fmt, fmt, load_signer(keys["ledger"]))
     return {fmt: root / fmt for fmt in FORMATS}
+
+
+def verify_export(path: Path, ledger: Ledger | None, key: Path):
+    """The export check with ``key``'s verifier key (and ``ledger``, when given)."""
+    return check_export(path, [load_signer(key).verifier], ledger)
+
+
+def verify_cli(path: Path, key: Path, *extra: str):
+    return run_cli("verify-export", str(path), "--verifier-key", vkey(key), *extra)
+
+
+def resign(path: Path, key: Path) -> None:
+    """Sign ``path``'s manifest.json as it now is with ``key``, as a forger holding the
+    ledger's key would after editing it."""
+    data = (path / "manifest.json").read_bytes()
+    m = json.loads(data)
+    statement = export_statement(data, m["tree_size"], m["root_hash"])
+    (path / "manifest.dsse.json").write_bytes(
+        sign_envelope(statement, load_signer(key), PAYLOAD_TYPE))
+
+
+def rehash(path: Path, name: str, key: Path) -> None:
+    """Put ``name``'s SHA-256 as it now is into the manifest, and sign it again."""
+    m = manifest(path)
+    for f in m["files"]:
+        if f["name"] == name:
+            f["sha256"] = "sha256:" + hashlib.sha256((path / name).read_bytes()).hexdigest()
+    (path / "manifest.json").write_text(json.dumps(m))
+    resign(path, key)
 
 
 def index_table(ledger: Ledger, name: str) -> pa.Table:
@@ -68,15 +124,50 @@ def test_manifest_binds_the_files_to_the_root(audit, exports):
     verified = json.loads(run_cli("verify", "--json", "--ledger", str(audit.directory)).out)
     for fmt, path in exports.items():
         m = manifest(path)
+        assert m["export_format_version"] == 2
         assert (m["tree_size"], m["root_hash"]) == (verified["tree_size"], verified["root_hash"])
-        assert [f["view"] for f in m["files"]] == list(VIEWS)
+        assert [f["name"] for f in m["files"][:2]] == ["entries.bin", "checkpoint.note"]
+        assert m["files"][0]["entries"] == m["tree_size"]
+        assert [f["view"] for f in m["files"][2:]] == list(VIEWS)
         for f in m["files"]:
             data = (path / f["name"]).read_bytes()
             assert f["sha256"] == "sha256:" + hashlib.sha256(data).hexdigest()
+        for f in m["files"][2:]:
             assert f["name"] == f"{f['view']}.{fmt}"
         assert sorted(p.name for p in path.iterdir()) == sorted(
-            [f["name"] for f in m["files"]] + ["manifest.json"]
+            [f["name"] for f in m["files"]] + ["manifest.json", "manifest.dsse.json"]
         )
+
+
+def test_the_export_carries_the_log_entries_and_a_checkpoint_signed_by_the_key(
+    audit, exports, keys
+):
+    path = exports["jsonl"]
+    m = manifest(path)
+    ours = [item.data for item in scan_bytes((path / "entries.bin").read_bytes())]
+    logged = [item.data for item in audit.scan() if isinstance(item, Record)]
+    assert ours == logged[: m["tree_size"]] and len(ours) == m["tree_size"]
+    cp = el.verify_checkpoint(path / "checkpoint.note", vkey(keys["ledger"])).checkpoint
+    assert (cp.origin, cp.size, base64.b64encode(cp.root).decode()) == (
+        ORIGIN, m["tree_size"], m["root_hash"])
+    assert not (audit.directory / "checkpoints").exists()  # handed out, not stored
+
+
+def test_the_manifest_is_signed_as_an_in_toto_statement_in_a_dsse_envelope(exports, keys):
+    path = exports["csv"]
+    envelope = json.loads((path / "manifest.dsse.json").read_text())
+    assert envelope["payloadType"] == "application/vnd.in-toto+json"
+    (signature,) = envelope["signatures"]
+    assert signature["keyid"] == vkey(keys["ledger"])
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    m = manifest(path)
+    digest = hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest()
+    assert statement == {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "manifest.json", "digest": {"sha256": digest}}],
+        "predicateType": "https://evidence-ledger.dev/export/v1",
+        "predicate": {"tree_size": m["tree_size"], "root_hash": m["root_hash"]},
+    }
 
 
 def test_parquet_reads_back_the_same_with_duckdb_and_pyarrow(audit, exports):
@@ -147,10 +238,11 @@ def test_parse_time_refuses(text):
         parse_time(text)
 
 
-def test_since_until_keep_rows_in_range_and_still_verify(audit, tmp_path):
+def test_since_until_keep_rows_in_range_and_still_verify(audit, keys, tmp_path):
     out = tmp_path / "range"
     result = run_cli("export", "--ledger", str(audit.directory), "--format", "jsonl",
-                     "--out", str(out), "--since", "2025-03-04", "--until", str(T0 + 2 * DAY))
+                     "--out", str(out), "--since", "2025-03-04", "--until", str(T0 + 2 * DAY),
+                     "--key", str(keys["ledger"]))
     assert result.code == 0, result.err
     m = manifest(out)
     assert (m["since_ns"], m["until_ns"]) == (T0 + DAY, T0 + 2 * DAY)
@@ -158,57 +250,114 @@ def test_since_until_keep_rows_in_range_and_still_verify(audit, tmp_path):
     assert entries and all(T0 + DAY <= e["time_ns"] < T0 + 2 * DAY for e in entries)
     approvals = [json.loads(x) for x in (out / "approvals.jsonl").read_text().splitlines()]
     assert {a["approver"] for a in approvals} == {"dave@example.com", "carol@example.com"}
-    assert run_cli("verify-export", str(out), "--ledger", str(audit.directory)).code == 0
+    assert verify_cli(out, keys["ledger"], "--ledger", str(audit.directory)).code == 0
+    assert verify_cli(out, keys["ledger"]).code == 0
 
 
-# -- verify-export -----------------------------------------------------------------------
+# -- verify-export: standing alone --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def alone(audit, keys, tmp_path_factory) -> dict[str, Path]:
+    """Each export copied to a new directory (the one it was written to removed)."""
+    root = tmp_path_factory.mktemp("alone")
+    for fmt in FORMATS:
+        export_ledger(audit, root / "made" / fmt, fmt, load_signer(keys["ledger"]))
+        shutil.copytree(root / "made" / fmt, root / fmt)
+    shutil.rmtree(root / "made")
+    return {fmt: root / fmt for fmt in FORMATS}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_fresh_export_verifies(audit, exports, fmt):
-    result = run_cli("verify-export", str(exports[fmt]), "--ledger", str(audit.directory))
-    assert result.code == 0, result.out
-    assert "OK" in result.out and f"tree size {manifest(exports[fmt])['tree_size']}" in result.out
+def test_an_export_copied_elsewhere_verifies_with_the_ledger_gone(audit, alone, keys, tmp_path,
+                                                                   fmt):
+    moved = tmp_path / "moved-away"
+    audit.directory.rename(moved)
+    try:
+        result = verify_cli(alone[fmt], keys["ledger"])
+        as_json = verify_cli(alone[fmt], keys["ledger"], "--json")
+    finally:
+        moved.rename(audit.directory)
+    assert result.code == 0, result.out + result.err
+    m = manifest(alone[fmt])
+    assert f"OK: 12 files match at tree size {m['tree_size']}" in result.out
+    assert f"signed by {vkey(keys['ledger'])}" in result.out
+    doc = json.loads(as_json.out)
+    assert as_json.code == 0 and doc["ok"] and doc["problems"] == [] and doc["ledger"] is None
+    assert doc["root_hash"] == m["root_hash"] and base64.b64decode(doc["root_hash"])
+    assert doc["signed_by"] == vkey(keys["ledger"])
+    digest = hashlib.sha256((alone[fmt] / "manifest.json").read_bytes()).hexdigest()
+    assert doc["manifest_sha256"] == f"sha256:{digest}"
+    assert doc["files"] == [{"name": f["name"], "sha256": f["sha256"]} for f in m["files"]]
+    assert all(f["sha256"].startswith("sha256:") for f in doc["files"])
+
+
+def _changed(data: bytes) -> list[bytes]:
+    """``data`` with one byte flipped: the first, the middle and the last byte (low bit),
+    and one a third of the way in (high bit); an empty file gets a byte added."""
+    if not data:
+        return [b"\0"]
+    flips = {(0, 0x01), (len(data) // 2, 0x01), (len(data) - 1, 0x01), (len(data) // 3, 0x80)}
+    return [data[:at] + bytes([data[at] ^ bit]) + data[at + 1 :] for at, bit in sorted(flips)]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_an_edited_file_fails_naming_it(audit, exports, tmp_path, fmt):
-    path = copy(exports[fmt], tmp_path)
-    name = f"approvals.{fmt}"
-    if fmt == "parquet":
-        table = pq.read_table(path / name)
-        approver = table["approver"].to_pylist()
-        approver[0] = "mallory@example.com"
-        table = table.set_column(table.schema.get_field_index("approver"), "approver",
-                                 pa.array(approver))
-        pq.write_table(table, path / name)
-    else:
-        data = (path / name).read_bytes()
-        (path / name).write_bytes(data.replace(b"alice@example.com", b"mallory@example.co", 1))
-    result = run_cli("verify-export", str(path), "--ledger", str(audit.directory))
+def test_any_byte_changed_in_any_file_fails_with_exit_1(alone, keys, tmp_path, fmt):
+    """The bar: flip one byte (first, last and two between) of every file of the export,
+    the manifest and its signature included; verify-export exits 1 each time, naming the
+    file. An empty file (a view without rows, in JSON Lines) gets a byte added instead."""
+    work = tmp_path / fmt
+    shutil.copytree(alone[fmt], work)
+    names = sorted(p.name for p in work.iterdir())
+    assert set(CARRIED) <= set(names) and len(names) == len(CARRIED) + len(VIEWS)
+    for name in names:
+        original = (work / name).read_bytes()
+        for changed in _changed(original):
+            (work / name).write_bytes(changed)
+            result = verify_cli(work, keys["ledger"])
+            said = result.out + result.err
+            assert result.code == 1, (name, said)
+            assert "internal error" not in said and "Traceback" not in said, (name, said)
+            assert name in said, (name, said)
+        (work / name).write_bytes(original)
+    assert verify_cli(work, keys["ledger"]).code == 0  # every file back: it verifies again
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_another_key_fails_with_exit_1(alone, keys, fmt):
+    result = verify_cli(alone[fmt], keys["other"])
+    assert result.code == 1, result.out
+    problems = [line for line in result.out.splitlines() if line.startswith("mismatch")]
+    assert problems == [
+        f"mismatch: manifest.dsse.json: signed by {vkey(keys['ledger'])}, not by the given key "
+        f"({vkey(keys['other'])})",
+        "mismatch: checkpoint.note: note has no signature by a given verifier key (signed by "
+        f"{key_label(keys['ledger'])}; keys given: "
+        f"{key_label(keys['other'])})",
+    ]
+    assert verify_cli(alone[fmt], keys["other"], "--verifier-key", vkey(keys["ledger"])).code == 0
+
+
+def test_a_manifest_signed_by_another_key_than_the_checkpoint_fails(alone, keys, tmp_path):
+    path = copy(alone["csv"], tmp_path)
+    resign(path, keys["other"])
+    result = run_cli("verify-export", str(path), "--verifier-key", vkey(keys["ledger"]),
+                     "--verifier-key", vkey(keys["other"]))
     assert result.code == 1
-    problems = [line for line in result.out.splitlines() if line.startswith("mismatch")]
-    assert problems and all(name in line for line in problems)
-    assert "SHA-256" in problems[0] and "FAIL" in result.out
+    assert "checkpoint.note: signed by another key than the manifest" in result.out
 
 
-@pytest.mark.parametrize("offset", [4, 800, -40])
-def test_a_parquet_file_with_a_damaged_byte_fails_naming_it(audit, exports, tmp_path, offset):
-    path = copy(exports["parquet"], tmp_path)
-    name = "calls.parquet"
-    data = bytearray((path / name).read_bytes())
-    data[offset] ^= 0x5A
-    (path / name).write_bytes(bytes(data))
-    result = run_cli("verify-export", str(path), "--ledger", str(audit.directory))
-    assert result.code == 1, result.err
-    assert "internal error" not in result.err
-    problems = [line for line in result.out.splitlines() if line.startswith("mismatch")]
-    assert problems and all(name in line for line in problems) and "FAIL" in result.out
+def test_verify_export_needs_a_verifier_key(alone, keys):
+    result = run_cli("verify-export", str(alone["csv"]))
+    assert result.code == 2 and "--verifier-key" in result.err
+    with pytest.raises(UsageError, match="at least one --verifier-key"):
+        el.verify_export(alone["csv"], [])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_forged_export_with_a_recomputed_manifest_fails(audit, exports, tmp_path, fmt):
-    """Someone edits a file and re-hashes it into the manifest: the rows give it away."""
+def test_a_forged_export_with_a_recomputed_manifest_fails(exports, keys, tmp_path, fmt):
+    """Someone holding the key edits a file, re-hashes it into the manifest and signs the
+    manifest again: the rows derived from the carried entries give it away."""
     path = copy(exports[fmt], tmp_path)
     name = f"call_chains.{fmt}"
     table = pq.read_table(exports["parquet"] / "call_chains.parquet")
@@ -221,87 +370,131 @@ def test_a_forged_export_with_a_recomputed_manifest_fails(audit, exports, tmp_pa
         text = (path / name).read_text(encoding="utf-8")
         (path / name).write_text(text.replace("approved_not_executed", "executed"),
                                  encoding="utf-8")
-    m = manifest(path)
-    for f in m["files"]:
-        if f["name"] == name:
-            f["sha256"] = "sha256:" + hashlib.sha256((path / name).read_bytes()).hexdigest()
-    (path / "manifest.json").write_text(json.dumps(m))
-    check = verify_export(path, audit)
+    rehash(path, name, keys["ledger"])
+    check = verify_export(path, None, keys["ledger"])
     assert not check.ok
     assert check.problems == [check.problems[0]] and check.problems[0].startswith(
-        f"{name}: rows differ from the ledger's"
+        f"{name}: rows differ from those the entries give"
     )
-    assert run_cli("verify-export", str(path), "--ledger", str(audit.directory)).code == 1
+    assert verify_cli(path, keys["ledger"]).code == 1
 
 
-def test_missing_and_unlisted_files_fail(audit, exports, tmp_path):
+def test_re_signed_entries_cut_short_or_with_bytes_after_them_are_named(exports, keys, tmp_path):
+    path = copy(exports["jsonl"], tmp_path)
+    data = (path / "entries.bin").read_bytes()
+    last = [item for item in scan_bytes(data) if isinstance(item, Record)][-1]
+    (path / "entries.bin").write_bytes(data[: last.offset])
+    rehash(path, "entries.bin", keys["ledger"])
+    n = manifest(path)["tree_size"]
+    assert verify_export(path, None, keys["ledger"]).problems == [
+        f"entries.bin: holds {n - 1} entries, fewer than the manifest's {n}"]
+    (path / "entries.bin").write_bytes(data + data[last.offset : last.end])
+    rehash(path, "entries.bin", keys["ledger"])
+    assert verify_export(path, None, keys["ledger"]).problems == [
+        f"entries.bin: holds more entries than the manifest's {n}"]
+    (path / "entries.bin").write_bytes(data + b"junk")
+    rehash(path, "entries.bin", keys["ledger"])
+    assert verify_export(path, None, keys["ledger"]).problems == [
+        "entries.bin: 4 bytes after its last whole entry"]
+
+
+def test_entries_of_another_log_under_a_re_signed_manifest_fail_on_the_root(
+    exports, keys, tmp_path
+):
+    other = Ledger(tmp_path / "other")
+    for _ in range(3):
+        ingest_file(EvidenceWriter(other), DATA / "rules" / "valid.jsonl", again=True)
+    path = copy(exports["csv"], tmp_path)
+    n = manifest(path)["tree_size"]
+    frames = [item for item in other.scan() if isinstance(item, Record)][:n]
+    assert len(frames) == n
+    (path / "entries.bin").write_bytes(b"".join(frame(r.data, False) for r in frames))
+    rehash(path, "entries.bin", keys["ledger"])
+    (problem,) = verify_export(path, None, keys["ledger"]).problems
+    assert problem.startswith(f"entries.bin: the root of its {n} entries is ")
+    assert problem.endswith("(entries changed)")
+
+
+def test_missing_and_unlisted_files_fail(exports, keys, tmp_path):
     path = copy(exports["csv"], tmp_path)
     (path / "guardrails.csv").unlink()
     (path / "violations_fixed.csv").write_text("rule\n")
-    check = verify_export(path, audit)
+    check = verify_export(path, None, keys["ledger"])
     assert check.problems == ["violations_fixed.csv: not listed in the manifest",
                               "guardrails.csv: missing"]
+    (path / "manifest.dsse.json").unlink()
+    assert verify_export(path, None, keys["ledger"]).problems[0] == (
+        "manifest.dsse.json: missing (the manifest is not signed)")
 
 
-def test_an_export_still_verifies_after_the_ledger_grows(audit, exports, tmp_path):
+def test_an_export_still_verifies_after_the_ledger_grows(audit, exports, keys, tmp_path):
     ledger = Ledger(tmp_path / "ledger")
     shutil.copytree(audit.directory, ledger.directory)
     EvidenceWriter(ledger).run_end(run_id="r3", status="failed")
     for fmt in FORMATS:
-        assert verify_export(exports[fmt], ledger).ok
+        check = verify_export(exports[fmt], ledger, keys["ledger"])
+        assert check.ok and check.ledger == str(ledger.directory)
 
 
-def test_an_export_of_another_ledger_fails_on_the_root(exports, tmp_path):
+def test_an_export_of_another_ledger_fails_on_the_root(exports, keys, tmp_path):
     other = Ledger(tmp_path / "other")
     for _ in range(3):
         ingest_file(EvidenceWriter(other), DATA / "rules" / "valid.jsonl", again=True)
-    result = run_cli("verify-export", str(exports["jsonl"]), "--ledger", str(other.directory))
-    assert result.code == 1 and "root hash" in result.out
+    result = verify_cli(exports["jsonl"], keys["ledger"], "--ledger", str(other.directory))
+    assert result.code == 1 and "mismatch: root hash: the ledger's root" in result.out
     short = Ledger(tmp_path / "short")
     ingest_file(EvidenceWriter(short), DATA / "rules" / "valid.jsonl")
-    check = verify_export(exports["jsonl"], short)
-    assert len(check.problems) == 1 and "fewer than" in check.problems[0]
+    check = verify_export(exports["jsonl"], short, keys["ledger"])
+    assert len(check.problems) == 1 and "larger than the ledger" in check.problems[0]
+    assert check.problems[0].startswith("ledger: ")
 
 
-def test_verify_export_json(audit, exports):
-    result = run_cli("verify-export", str(exports["csv"]), "--ledger", str(audit.directory),
-                     "--json")
+def test_verify_export_json(audit, exports, keys):
+    result = verify_cli(exports["csv"], keys["ledger"], "--ledger", str(audit.directory),
+                        "--json")
     doc = json.loads(result.out)
     assert result.code == 0 and doc["ok"] and doc["problems"] == []
+    assert doc["ledger"] == str(audit.directory)
 
 
 @pytest.mark.parametrize(
     "content, code",
     [(None, 2), ("not json", 1), ('{"format": "xlsx"}', 1), ("[]", 1)],
 )
-def test_verify_export_bad_manifests(audit, tmp_path, content, code):
+def test_verify_export_bad_manifests(keys, tmp_path, content, code):
     if content is not None:
         (tmp_path / "manifest.json").write_text(content)
-    result = run_cli("verify-export", str(tmp_path), "--ledger", str(audit.directory))
+    result = verify_cli(tmp_path, keys["ledger"])
     assert result.code == code and result.err.count("\n") == 1
 
 
 @pytest.mark.parametrize("edit", [
     {"format": {"a": 1}}, {"format": ["jsonl"]}, {"export_format_version": True},
-    {"export_format_version": 1.0}, {"files": [{"view": ["calls"], "name": "x"}]},
+    {"export_format_version": 1.0}, {"export_format_version": 1},
+    {"files": [{"view": ["calls"], "name": "x"}]},
+    {"files": [{"name": "entries.bin", "entries": 3, "sha256": "sha256:" + "0" * 64}]},
+    {"files": [{"name": "checkpoint.note", "sha256": "sha256:00"}]},
 ])
-def test_a_manifest_with_a_field_of_the_wrong_type_is_not_an_export(audit, exports, tmp_path,
+def test_a_manifest_with_a_field_of_the_wrong_type_is_not_an_export(exports, keys, tmp_path,
                                                                      edit):
     copy = tmp_path / "export"
     shutil.copytree(exports["jsonl"], copy)
     manifest = json.loads((copy / "manifest.json").read_text())
     (copy / "manifest.json").write_text(json.dumps({**manifest, **edit}))
-    result = run_cli("verify-export", str(copy), "--ledger", str(audit.directory))
+    result = verify_cli(copy, keys["ledger"])
     assert result.code == 1 and "not an evidence-ledger export manifest" in result.err
     assert "internal error" not in result.err
 
 
-def test_a_manifest_naming_a_path_outside_the_export_is_refused(audit, exports, tmp_path):
+def test_a_manifest_naming_a_path_outside_the_export_is_refused(exports, keys, tmp_path):
     path = copy(exports["csv"], tmp_path)
     m = manifest(path)
     m["files"][0]["name"] = "../../etc/passwd"
     (path / "manifest.json").write_text(json.dumps(m))
-    assert run_cli("verify-export", str(path), "--ledger", str(audit.directory)).code == 1
+    assert verify_cli(path, keys["ledger"]).code == 1
+
+
+# -- export: usage -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -312,15 +505,40 @@ def test_a_manifest_naming_a_path_outside_the_export_is_refused(audit, exports, 
         (["--format", "csv", "--since", "2025-03-05", "--until", "2025-03-04"], "before"),
     ],
 )
-def test_export_usage_errors(audit, tmp_path, extra, message):
+def test_export_usage_errors(audit, keys, tmp_path, extra, message):
     result = run_cli("export", "--ledger", str(audit.directory), "--out", str(tmp_path / "o"),
-                     *extra)
+                     "--key", str(keys["ledger"]), *extra)
     assert result.code == 2 and message in result.err and result.err.count("\n") == 1
 
 
-def test_export_refuses_a_non_empty_directory(audit, tmp_path):
+def test_export_needs_a_key(audit, keys, tmp_path):
+    result = run_cli("export", "--ledger", str(audit.directory), "--out", str(tmp_path / "o"),
+                     "--format", "csv")
+    assert result.code == 2 and "--key" in result.err and not (tmp_path / "o").exists()
+    result = run_cli("export", "--ledger", str(audit.directory), "--out", str(tmp_path / "o"),
+                     "--format", "csv", "--key", str(keys["ledger"]) + ".vkey")
+    assert result.code == 2 and not (tmp_path / "o").exists()
+
+
+def test_export_refuses_a_key_named_otherwise_than_the_ledgers_checkpoints(keys, tmp_path):
+    ledger = tmp_path / "ledger"
+    ingest_file(EvidenceWriter(Ledger(ledger)), DATA / "rules" / "valid.jsonl")
+    other = tmp_path / "renamed.key"
+    assert run_cli("keygen", "--origin", "elsewhere.example/log", "--out", str(other)).code == 0
+    assert run_cli("checkpoint", "--ledger", str(ledger), "--key", str(other)).code == 0
+    result = run_cli("export", "--ledger", str(ledger), "--out", str(tmp_path / "o"),
+                     "--format", "csv", "--key", str(keys["ledger"]))
+    assert result.code == 2 and "the ledger's checkpoints have origin" in result.err
+    assert not (tmp_path / "o").exists()
+    result = run_cli("export", "--ledger", str(ledger), "--out", str(tmp_path / "o"),
+                     "--format", "csv", "--key", str(other), "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["signed_by"] == vkey(other)
+
+
+def test_export_refuses_a_non_empty_directory(audit, keys, tmp_path):
     (tmp_path / "keep.txt").write_text("mine")
     result = run_cli("export", "--ledger", str(audit.directory), "--out", str(tmp_path),
-                     "--format", "csv")
+                     "--format", "csv", "--key", str(keys["ledger"]))
     assert result.code == 2 and "not an empty directory" in result.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]

@@ -370,10 +370,12 @@ def test_the_index_and_exports_take_every_entry_kind(tmp_path):
     (an ``approval_signature``'s ``decision_hash`` is bytes, a ``decision``'s ``decision``
     text: a body field typed by name once broke the index here)."""
     from evidence_ledger.api.handle import Ledger as Handle
+    from evidence_ledger.api.keys import SigningKey
 
     _generator()._write_ledger(tmp_path / "ledger")
     handle = Handle(tmp_path / "ledger")
     kinds = handle.query("SELECT DISTINCT kind FROM entries", index=str(tmp_path / "i.duckdb"))
     assert {row[0] for row in kinds.rows} == set(KINDS)
-    handle.export(tmp_path / "out", format="jsonl", index=str(tmp_path / "i.duckdb"))
-    assert handle.verify_export(tmp_path / "out").ok
+    key = SigningKey.generate(tmp_path / "k.key", "example.com/vectors")
+    handle.export(tmp_path / "out", format="jsonl", key=key, index=str(tmp_path / "i.duckdb"))
+    assert handle.verify_export(tmp_path / "out", key.verifier_key).ok

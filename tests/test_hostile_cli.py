@@ -10,10 +10,12 @@ import pytest
 
 from evidence_ledger.cli.main import _command
 from evidence_ledger.format.framing import MAX_RECORD
+from evidence_ledger.index.export import export_statement
 from evidence_ledger.record import writer as writer_mod
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage import keys
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.tlog.dsse import PAYLOAD_TYPE, sign_envelope
 from tests.helpers import DATA, forge_entry, ingest, run_cli
 
 
@@ -93,8 +95,8 @@ def _ledger_args(tmp_path, key) -> dict[str, list[str]]:
         "checkpoint": ["--key", str(key)],
         "inclusion": ["--seq", "0"], "consistency": ["--from", "1"],
         "query": ["SELECT 1"],
-        "export": ["--format", "csv", "--out", str(tmp_path / "export")],
-        "verify-export": [str(tmp_path)],
+        "export": ["--format", "csv", "--out", str(tmp_path / "export"), "--key", str(key)],
+        "verify-export": [str(tmp_path), "--verifier-key", "example.com/log+00000000+AA=="],
         "repair-session": [str(tmp_path / "session.jsonl")],
         "prove": ["--all", "--key", str(key), "--out", str(tmp_path / "bundle.json")],
         "demo": [],
@@ -169,41 +171,47 @@ def test_verbose_is_only_stripped_as_a_flag_never_as_an_option_value(tmp_path):
         assert verbose.code == 2 and "Traceback" in verbose.err, args
 
 
-def test_verify_export_refuses_a_manifest_listing_a_file_twice(tmp_path):
-    ledger, _ = _keyed(tmp_path)
+def _exported(tmp_path):
+    """A ledger, its key, its verifier key, and an export of it (CSV)."""
+    ledger, key = _keyed(tmp_path)
     out = tmp_path / "export"
     assert run_cli("export", "--ledger", str(ledger), "--format", "csv",
-                   "--out", str(out)).code == 0
+                   "--out", str(out), "--key", str(key)).code == 0
+    return ledger, key, keys.verifier_key_path(key).read_text().strip(), out
+
+
+def test_verify_export_refuses_a_manifest_listing_a_file_twice(tmp_path):
+    ledger, _, vkey, out = _exported(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["files"].append(manifest["files"][0])
     (out / "manifest.json").write_text(json.dumps(manifest))
-    result = run_cli("verify-export", str(out), "--ledger", str(ledger))
+    result = run_cli("verify-export", str(out), "--ledger", str(ledger), "--verifier-key", vkey)
     assert result.code == 1 and _one_line(result) and "twice" in result.err, result.err
 
 
 def test_verify_export_takes_a_manifest_without_a_time_range(tmp_path):
-    ledger, _ = _keyed(tmp_path)
-    out = tmp_path / "export"
-    assert run_cli("export", "--ledger", str(ledger), "--format", "csv",
-                   "--out", str(out)).code == 0
+    ledger, key, vkey, out = _exported(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
-    for key in ("since_ns", "until_ns"):
-        manifest.pop(key, None)
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    result = run_cli("verify-export", str(out), "--ledger", str(ledger))
-    assert result.code == 0, result.err
+    for name in ("since_ns", "until_ns"):
+        manifest.pop(name, None)
+    data = json.dumps(manifest).encode()
+    (out / "manifest.json").write_bytes(data)
+    result = run_cli("verify-export", str(out), "--ledger", str(ledger), "--verifier-key", vkey)
+    assert result.code == 1 and "the signature covers (manifest changed)" in result.out
+    statement = export_statement(data, manifest["tree_size"], manifest["root_hash"])
+    (out / "manifest.dsse.json").write_bytes(
+        sign_envelope(statement, keys.load_signer(key), PAYLOAD_TYPE))  # signed as it is
+    result = run_cli("verify-export", str(out), "--ledger", str(ledger), "--verifier-key", vkey)
+    assert result.code == 0, result.out + result.err
 
 
 @pytest.mark.parametrize("key", ["since_ns", "until_ns"])
 def test_verify_export_refuses_a_manifest_time_past_the_index_range(tmp_path, key):
-    ledger, _ = _keyed(tmp_path)
-    out = tmp_path / "export"
-    assert run_cli("export", "--ledger", str(ledger), "--format", "csv",
-                   "--out", str(out)).code == 0
+    ledger, _, vkey, out = _exported(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     manifest[key] = 2**64  # before: an OverflowError, reported as an internal error
     (out / "manifest.json").write_text(json.dumps(manifest))
-    result = run_cli("verify-export", str(out), "--ledger", str(ledger))
+    result = run_cli("verify-export", str(out), "--ledger", str(ledger), "--verifier-key", vkey)
     assert result.code == 1 and _one_line(result), result.err
     assert "not an evidence-ledger export manifest" in result.err
 
@@ -304,10 +312,10 @@ def test_an_ingest_line_whose_entry_exceeds_the_record_limit_names_the_line(
 @pytest.mark.parametrize("bound", ["--until", "--since"])
 @pytest.mark.parametrize("value", ["9999-12-31", "99999999999999999999999", str(2**63)])
 def test_export_refuses_a_time_beyond_64_bit_nanoseconds(tmp_path, bound, value):
-    ledger, _ = _keyed(tmp_path)
+    ledger, key = _keyed(tmp_path)
     out = tmp_path / "out"
     result = run_cli("export", "--ledger", str(ledger), "--format", "csv", "--out", str(out),
-                     bound, value)
+                     bound, value, "--key", str(key))
     assert result.code == 2 and _one_line(result) and "2262" in result.err, result.err
     assert not out.exists()
 
@@ -465,9 +473,9 @@ def test_a_bundle_written_inside_the_ledger_directory_is_refused(tmp_path, insid
 
 @pytest.mark.parametrize("inside", ["checkpoints/exp", "payloads/exp", "exp"])
 def test_an_export_written_inside_the_ledger_directory_is_refused(tmp_path, inside):
-    ledger, _ = _keyed(tmp_path)
+    ledger, key = _keyed(tmp_path)
     result = run_cli("export", "--ledger", str(ledger), "--format", "jsonl",
-                     "--out", str(ledger / inside))
+                     "--out", str(ledger / inside), "--key", str(key))
     assert result.code == 2 and "inside the ledger directory" in result.err
     assert not (ledger / inside).exists()
 

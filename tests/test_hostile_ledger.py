@@ -443,7 +443,8 @@ def test_a_non_regular_index_file_is_refused_never_opened(tmp_path, kind, name):
     book, _key, _vkey = _keyed(tmp_path)
     _plant(default_index(book).with_name(name), kind, tmp_path)
     for args in (("query", "SELECT count(*) AS n FROM entries"),
-                 ("export", "--format", "jsonl", "--out", str(tmp_path / "x"))):
+                 ("export", "--format", "jsonl", "--out", str(tmp_path / "x"), "--key",
+                  str(_key))):
         result = cli(*args[:1], "--ledger", str(book), *args[1:])
         assert result.code == 2 and "not a regular file" in result.err, (args, result.err)
         assert result.err.count("\n") == 1
@@ -501,7 +502,7 @@ def test_scan_session_refuses_a_fifo_and_deep_nesting(tmp_path):
 def test_export_refuses_a_log_changed_after_it_was_indexed(tmp_path):
     # an entry rewritten in place, canonical and with a fresh CRC: the index's freshness
     # check (the last indexed record) still passes, the root does not
-    book, _key, _vkey = _keyed(tmp_path)
+    book, key, _vkey = _keyed(tmp_path)
     assert cli("query", "--ledger", str(book), "SELECT 1 AS one").code == 0
     def flip_a_letter_of_the_run_id(data: bytes) -> bytes:
         at = data.index(b"run_id") + len(b"run_id") + 2  # inside the run id's value
@@ -509,8 +510,14 @@ def test_export_refuses_a_log_changed_after_it_was_indexed(tmp_path):
 
     forge_entry(book, 5, flip_a_letter_of_the_run_id)
     result = cli("export", "--ledger", str(book), "--format", "jsonl", "--out",
-                 str(tmp_path / "x"))
+                 str(tmp_path / "x"), "--key", str(key))
+    assert result.code == 1 and "contradicts its stored checkpoint 1" in result.err, result.err
+    assert not (tmp_path / "x").exists()
+    shutil.rmtree(book / "checkpoints")  # no signed head to contradict: the index's root
+    result = cli("export", "--ledger", str(book), "--format", "jsonl", "--out",
+                 str(tmp_path / "x"), "--key", str(key))
     assert result.code == 1 and "no longer has the root" in result.err, result.err
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("folder", ["payloads", "checkpoints", "payloads-shard"])

@@ -24,6 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from evidence_ledger.api.keys import SigningKey
 from evidence_ledger.format.entries import decode_entry
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import Record, frame
@@ -749,14 +750,17 @@ def test_an_entry_time_past_64_bit_ns_is_indexed_with_its_timestamp(tmp_path, la
     for name in VIEWS:
         assert table(ledger, name).equals(derived[name]), name
     assert run_cli("trace", "c", "--ledger", str(tmp_path)).code == 0
+    key = SigningKey.generate(tmp_path.parent / f"{tmp_path.name}.key", "example.com/log")
     for bound, kept in (("--since", 1), ("--until", 1)):  # T0 lies before 2026
         out = tmp_path.parent / f"{tmp_path.name}-export{bound}"  # outside the ledger
         done = run_cli("export", "--ledger", str(tmp_path), "--format", "jsonl", "--out",
-                       str(out), bound, "2026-01-01", "--json")
+                       str(out), bound, "2026-01-01", "--json", "--key", str(key.path))
         assert done.code == 0, done.err
-        assert [f["rows"] for f in json.loads(done.out)["files"] if f["view"] == "entries"] == [
+        assert [f["rows"] for f in json.loads(done.out)["files"]
+                if f.get("view") == "entries"] == [
             kept]  # a time past 2^63-1 ns is after any --since and before no --until
-        assert run_cli("verify-export", str(out), "--ledger", str(tmp_path)).code == 0
+        assert run_cli("verify-export", str(out), "--ledger", str(tmp_path),
+                       "--verifier-key", key.verifier_key).code == 0
 
 
 def test_a_finding_names_the_call_its_entry_is_attributed_to(tmp_path):
@@ -822,10 +826,12 @@ def test_a_damaged_default_index_is_rebuilt_by_query_and_export(tmp_path):
     assert result.code == 0 and result.out.split() == ["n", str(total)], result.err
     path.write_bytes(damaged)
     out = tmp_path / "export"
+    key = SigningKey.generate(tmp_path / "k.key", "example.com/log")
     result = run_cli("export", "--ledger", str(ledger.directory), "--format", "jsonl",
-                     "--out", str(out))
+                     "--out", str(out), "--key", str(key.path))
     assert result.code == 0, result.err
-    assert run_cli("verify-export", str(out), "--ledger", str(ledger.directory)).code == 0
+    assert run_cli("verify-export", str(out), "--ledger", str(ledger.directory),
+                   "--verifier-key", key.verifier_key).code == 0
 
 
 def test_an_incremental_update_reports_progress_over_the_bytes_it_reads(tmp_path):

@@ -124,21 +124,25 @@ def test_query_list_without_the_extras(tmp_path: Path):
     assert [q["name"] for q in json.loads(done.stdout)] == [q.name for q in el.named_queries()]
 
 
-@pytest.mark.parametrize(("args", "extra", "what"), [
-    (("demo", "--ledger", "new"), "agents", "demo"),
-    (("query", "SELECT 1"), "query", "query"),
-    (("trace", "c-1"), "query", "trace"),
-    (("export", "--format", "csv", "--out", "exported"), "query", "export"),
+@pytest.mark.parametrize(("args", "extra", "what", "first_missing"), [
+    (("demo", "--ledger", "new"), "agents", "demo", "openai-agents"),
+    (("query", "SELECT 1"), "query", "query", "duckdb"),
+    (("trace", "c-1"), "query", "trace", "duckdb"),
+    (("export", "--format", "csv", "--out", "exported", "--key", "signing.key"), "query",
+     "export", "duckdb"),
+    (("verify-export", "exported", "--verifier-key", "{vkey}"), "query", "verify-export",
+     "pyarrow"),
 ])
-def test_a_command_whose_extra_is_missing_names_it(evidence, args, extra, what):
-    ledger = () if args[0] == "demo" else ("--ledger", str(evidence["ledger"]))
+def test_a_command_whose_extra_is_missing_names_it(evidence, args, extra, what, first_missing):
+    ledger = () if args[0] in ("demo", "verify-export") else ("--ledger", str(evidence["ledger"]))
+    args = tuple(arg.format(vkey=evidence["vkey"]) for arg in args)
     done = _without_extras(*args, *ledger, cwd=evidence["tmp"])
     assert done.stdout == ""
     first, last = done.stderr.splitlines()
     packages = ("'openai-agents<0.25,>=0.20.0'" if extra == "agents"
                 else "'duckdb>=1.1' 'pyarrow>=15'")
     assert first == (f"evidence-ledger: error: {what} needs the '{extra}' extra "
-                     f"({'openai-agents' if extra == 'agents' else 'duckdb'} is not installed): "
+                     f"({first_missing} is not installed): "
                      f"pip install {packages} (or install this project with [{extra}])")
     assert last.endswith("EXIT 2")
     assert not (evidence["tmp"] / "new").exists() and not (evidence["tmp"] / "exported").exists()
@@ -199,7 +203,9 @@ def test_a_long_signer_key_is_shown_whole(tmp_path: Path):
 ])
 def test_export_holds_int_times_to_the_text_range(evidence, tmp_path, since, error, match):
     with pytest.raises(error, match=match):
-        el.Ledger(evidence["ledger"]).export(tmp_path / "out", "jsonl", since=since)
+        el.Ledger(evidence["ledger"]).export(
+            tmp_path / "out", "jsonl", el.SigningKey.load(evidence["tmp"] / "signing.key"),
+            since=since)
     assert not (tmp_path / "out").exists()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import stat
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage import keys as keys_mod
 from evidence_ledger.storage.keys import load_signer
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog.checkpoint import Checkpoint
@@ -88,6 +90,73 @@ def test_keygen_prints_the_verifier_key(key):
     assert load_signer(path).verifier.vkey == vkey
     err = _one_line_error(run_cli("keygen", "--origin", ORIGIN, "--out", str(path)), 2)
     assert "already exists" in err
+
+
+def test_keygen_writes_the_verifier_key_beside_the_key(key, tmp_path):
+    path, vkey = key
+    public = path.with_name("log.vkey")
+    assert public.read_text() == vkey + "\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(public.stat().st_mode) == 0o644 & ~umask  # public: readable
+    made = run_cli("keygen", "--origin", ORIGIN, "--out", str(tmp_path / "plain"), "--json")
+    doc = json.loads(made.out)
+    assert made.code == 0 and doc["key_file"] == str(tmp_path / "plain")
+    assert doc["verifier_key_file"] == str(tmp_path / "plain.vkey")
+    assert (tmp_path / "plain.vkey").read_text() == doc["verifier_key"] + "\n"
+
+
+def test_keygen_refuses_an_existing_verifier_key_file_writing_nothing(tmp_path):
+    (tmp_path / "log.vkey").write_text("mine\n")
+    err = _one_line_error(
+        run_cli("keygen", "--origin", ORIGIN, "--out", str(tmp_path / "log.key")), 2)
+    assert "log.vkey already exists; refusing to overwrite a verifier key" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.vkey"]
+    assert (tmp_path / "log.vkey").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), RuntimeError("x")])
+def test_keygen_leaves_neither_file_when_the_verifier_key_write_fails(
+    tmp_path, monkeypatch, error
+):
+    real = keys_mod.os.fsync
+    calls = []
+
+    def fail_the_second(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise error
+        real(fd)
+
+    monkeypatch.setattr(keys_mod.os, "fsync", fail_the_second)
+    result = run_cli("keygen", "--origin", ORIGIN, "--out", str(tmp_path / "log.key"))
+    assert result.code == 1 and result.err.count("\n") == 1, result.err
+    assert len(calls) == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_pubkey_prints_the_verifier_key_of_a_key_file(key):
+    path, vkey = key
+    result = run_cli("pubkey", str(path))
+    assert result.code == 0 and result.out == vkey + "\n"
+    assert result.out == path.with_name("log.vkey").read_text()
+    doc = json.loads(run_cli("pubkey", str(path), "--json").out)
+    assert doc == {"verifier_key": vkey, "name": ORIGIN, "key_file": str(path)}
+
+
+def test_pubkey_of_a_file_that_is_not_a_private_key_is_bad_usage(key, tmp_path):
+    path, vkey = key
+    public = path.with_name("log.vkey")
+    public.chmod(0o600)  # the public half, even kept private, holds no key to derive from
+    text = tmp_path / "text.key"
+    text.write_text("hello\n")
+    text.chmod(0o600)
+    for target, said in ((public, "not a private key"), (text, "not a private key"),
+                         (tmp_path / "missing.key", "not found"), (tmp_path, "not a regular")):
+        err = _one_line_error(run_cli("pubkey", str(target)), 2)
+        assert said in err and vkey.split("+")[2] not in err, err  # no file content echoed
+    path.chmod(0o644)
+    assert "chmod 600" in _one_line_error(run_cli("pubkey", str(path)), 2)
+    assert run_cli("pubkey").code == 2
 
 
 def test_checkpoint_output_is_a_c2sp_checkpoint_and_is_stored(book, key):
@@ -266,8 +335,14 @@ def test_the_commands_that_print_data_take_json(tmp_path):
     assert checked["ok"] and checked["tree_size"] == signed["tree_size"]
     assert checked["root_hash"] == signed["root_hash"]
     exported = json.loads(run_cli("export", "--ledger", str(book), "--format", "jsonl",
-                                  "--out", str(tmp_path / "x"), "--json").out)
+                                  "--out", str(tmp_path / "x"), "--key", str(tmp_path / "k"),
+                                  "--json").out)
     assert exported["tree_size"] == signed["tree_size"] and exported["files"]
+    assert exported["signed_by"] == vkey
+    checked = json.loads(run_cli("verify-export", str(tmp_path / "x"), "--verifier-key", vkey,
+                                 "--json").out)
+    assert checked["ok"] and checked["root_hash"] == signed["root_hash"]
+    assert json.loads(run_cli("pubkey", str(tmp_path / "k"), "--json").out)["verifier_key"] == vkey
     digest = next(p for p in (book / "payloads").rglob("*") if p.is_file()).name
     redacted = json.loads(run_cli("redact", "--ledger", str(book), "--digest",
                                   f"sha256:{digest}", "--reason", "test", "--json").out)

@@ -77,8 +77,7 @@ def run_demo(directory: str | os.PathLike[str]) -> DemoResult:
     _require_fresh(target)
     whole = target.resolve()  # "." has no name: the key goes beside the directory itself
     key_path = whole.parent / f"{whole.name}-signing.key"
-    for path in (key_path, key_path.with_suffix(".vkey")):
-        SigningKey.check_new_path(path)
+    SigningKey.check_new_path(key_path)  # and its .vkey
     example = load(EXAMPLE, "agents", "demo")
     try:
         asyncio.get_running_loop()
@@ -86,8 +85,7 @@ def run_demo(directory: str | os.PathLike[str]) -> DemoResult:
         asyncio.run(example.main(str(target)))
     else:
         raise UsageError("run_demo runs its own event loop: call it outside async code")
-    key = SigningKey.generate(key_path, DEMO_ORIGIN)
-    key_path.with_suffix(".vkey").write_text(key.verifier_key + "\n")
+    key = SigningKey.generate(key_path, DEMO_ORIGIN)  # writes <directory>-signing.vkey too
     ledger = Ledger(target)
     stored = ledger.checkpoint(key)
     report = ledger.verify([key.verifier_key])

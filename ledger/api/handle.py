@@ -63,7 +63,7 @@ from evidence_ledger.views.values import Value, ValueDiff
 if TYPE_CHECKING:
     from evidence_ledger.api.reports import ReportFile
     from evidence_ledger.bundle.build import Bundle
-    from evidence_ledger.index.export import ExportCheck
+    from evidence_ledger.index.export_check import ExportCheck
     from evidence_ledger.index.query import QueryResult
     from evidence_ledger.index.trace import CallTrace
     from evidence_ledger.tlog.proofs import ConsistencyProof, InclusionProof
@@ -381,6 +381,7 @@ class Ledger:
         self,
         out: Source,
         format: str,
+        key: SigningKey,
         *,
         since: str | int | None = None,
         until: str | int | None = None,
@@ -388,27 +389,38 @@ class Ledger:
         progress: Progress | None = None,
     ) -> dict[str, Any]:
         """Export every view of the index (``parquet``, ``csv`` or ``jsonl``) into the new
-        or empty directory ``out``, with ``manifest.json`` binding the files to the log.
-        The index is brought up to date first (``progress`` follows that, then the files).
+        or empty directory ``out``, with the log's entries up to the index's tree size, a
+        checkpoint of that tree head signed by ``key`` (not stored in ``checkpoints/``),
+        and ``manifest.json`` listing every file's SHA-256, signed by ``key`` in
+        ``manifest.dsse.json``: :func:`evidence_ledger.verify_export` checks it without the
+        ledger. The index is brought up to date first (``progress`` follows that, then the
+        files).
 
         Args:
+            key: the ledger's checkpoint key (its name is the origin of the stored
+                checkpoints).
             since, until: only rows with ``since <= time < until`` (ISO 8601 UTC text, or
                 ns since the epoch).
 
         Returns:
-            The manifest (tree size, root hash, each file's name, rows and SHA-256).
+            The manifest (tree size, root hash, each file's name, rows or entries, and
+            SHA-256).
 
         Raises:
             UsageError: for a bad time, a non-empty ``out`` or one inside the ledger
-                directory, or an unusable index.
+                directory, an unusable index, or a key kept inside the ledger directory or
+                named otherwise than the stored checkpoints' origin.
+            EvidenceError: if the log fails integrity or contradicts a stored checkpoint.
         """
+        (key,) = signing_keys(key)
         refuse_inside(self.directory, out, "the export directory")
+        refuse_key_inside(self.directory, key.path)
         since_ns = None if since is None else time_ns(since)
         until_ns = None if until is None else time_ns(until)
         export = load("evidence_ledger.index.export", "query", "export")
         self.update_index(index=index, progress=progress)
         manifest: dict[str, Any] = export.export_ledger(
-            self._book, out, format, since=since_ns, until=until_ns, index=index,
+            self._book, out, format, key.signer, since=since_ns, until=until_ns, index=index,
             progress=progress,
         )
         return manifest
@@ -447,13 +459,13 @@ class Ledger:
             elsewhere_a=sum(f.run_id not in (run_a, run_b) for f in all_a),
             elsewhere_b=sum(f.run_id not in (run_a, run_b) for f in all_b))
 
-    def verify_export(self, directory: Source, *, progress: Progress | None = None,
-                      ) -> ExportCheck:
-        """Check an export against this ledger: the root at its tree size, every file's
-        SHA-256, and every row re-derived from the entries (``check.ok``)."""
-        export = load("evidence_ledger.index.export", "query", "verify-export")
-        check: ExportCheck = export.verify_export(directory, self._book, progress=progress)
-        return check
+    def verify_export(self, directory: Source, verifier_keys: str | Sequence[str], *,
+                      progress: Progress | None = None) -> ExportCheck:
+        """:func:`evidence_ledger.verify_export` of an export, and also against this ledger:
+        its root at the export's tree size must be the export's (``check.ok``)."""
+        from evidence_ledger.api.offline import verify_export
+
+        return verify_export(directory, verifier_keys, ledger=self, progress=progress)
 
     # -- writing ---------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ A signing key is a :class:`SigningKey`, made by :meth:`SigningKey.generate` or r
 :meth:`SigningKey.load` from a private key file (C2SP signed-note / Go ``sumdb/note``
 format, ``PRIVATE+KEY+<name>+<hex8 key ID>+<base64>``, mode 0600). A verifier key is
 always its string, ``<name>+<hex8 key ID>+<base64(0x01 || 32-byte Ed25519 public key)>``
-(:attr:`SigningKey.verifier_key`), wherever a function takes ``verifier_keys``.
+(:attr:`SigningKey.verifier_key`), wherever a function takes ``verifier_keys``;
+:meth:`SigningKey.generate` also writes it, one line, to the key's ``.vkey`` file
+(:meth:`SigningKey.verifier_key_path`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from evidence_ledger.storage.keys import check_new_key_path, keygen, load_signer
+from evidence_ledger.storage.keys import (
+    check_new_key_path,
+    keygen,
+    load_signer,
+    verifier_key_path,
+)
 from evidence_ledger.tlog.note import Signer
 
 __all__ = ["SigningKey", "signing_keys", "verifier_keys"]
@@ -36,13 +43,14 @@ class SigningKey:
 
     @classmethod
     def generate(cls, path: str | os.PathLike[str], origin: str) -> SigningKey:
-        """Create a new key named ``origin`` and write it to ``path`` (a new file, mode 0600,
-        never overwritten; a failed write leaves no file).
+        """Create a new key named ``origin``: write it to ``path`` (a new file, mode 0600)
+        and its verifier key to :meth:`verifier_key_path` of ``path`` (a new file, one
+        line). Neither is ever overwritten; a failed write leaves neither file.
 
         Raises:
-            UsageError: if ``origin`` is not a valid key name (c2sp.org/signed-note), the
-                file exists, or it lies inside a ledger directory.
-            StorageError: if the file cannot be written.
+            UsageError: if ``origin`` is not a valid key name (c2sp.org/signed-note),
+                either file exists, or the key would lie inside a ledger directory.
+            StorageError: if a file cannot be written.
         """
         keygen(origin, path)
         return cls.load(path)
@@ -59,8 +67,16 @@ class SigningKey:
 
     @staticmethod
     def check_new_path(path: str | os.PathLike[str]) -> None:
-        """Raise :class:`UsageError` unless a new key may be written at ``path``."""
+        """Raise :class:`UsageError` unless a new key (and its verifier key file) may be
+        written at ``path``."""
         check_new_key_path(path)
+
+    @staticmethod
+    def verifier_key_path(path: str | os.PathLike[str]) -> Path:
+        """The verifier key file :meth:`generate` writes beside the key file ``path``:
+        ``ledger.key`` -> ``ledger.vkey``; a name not ending in ``.key`` gets ``.vkey``
+        added (``ledger`` -> ``ledger.vkey``)."""
+        return verifier_key_path(path)
 
     @property
     def signer(self) -> Signer:

@@ -1,15 +1,19 @@
-"""Checks that need no ledger: a proof bundle, a signed checkpoint, a session store.
+"""Checks that need no ledger: a proof bundle, a signed checkpoint, an export, a session
+store.
 
-Each takes the evidence as bytes or as the path of its file, and verifier keys as C2SP
-strings. Verifying a bundle or a checkpoint imports only the pure stages (``format``,
-``tlog``, ``verify``, ``bundle.verify``): the base install is enough.
+Each takes the evidence as bytes or as the path of its file (an export: its directory),
+and verifier keys as C2SP strings. Verifying a bundle or a checkpoint imports only the pure
+stages (``format``, ``tlog``, ``verify``, ``bundle.verify``): the base install is enough.
+Verifying an export needs the ``[query]`` extra (its rows are derived again with DuckDB).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from evidence_ledger.api.extras import load
 from evidence_ledger.api.keys import verifier_keys as _strings
 from evidence_ledger.bundle.verify import MAX_BUNDLE_BYTES, VerifiedBundle
 from evidence_ledger.bundle.verify import verify_bundle as _verify_bundle
@@ -20,7 +24,11 @@ from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
 from evidence_ledger.tlog.checkpoint import verify_checkpoint as _verify_checkpoint
 from evidence_ledger.tlog.note import MAX_NOTE_BYTES, Verifier
 
-__all__ = ["scan_sessions", "verify_bundle", "verify_checkpoint"]
+if TYPE_CHECKING:
+    from evidence_ledger.api.handle import Ledger, Progress
+    from evidence_ledger.index.export_check import ExportCheck
+
+__all__ = ["scan_sessions", "verify_bundle", "verify_checkpoint", "verify_export"]
 
 _HEAD = 4096
 """Bytes of a bundle file read first: one that does not start as a JSON object there is
@@ -84,6 +92,47 @@ def verify_checkpoint(
     """
     verifiers = [Verifier.from_vkey(v) for v in _strings(verifier_keys)]
     return _verify_checkpoint(_bytes(note, MAX_NOTE_BYTES, "signed note"), verifiers, origin)
+
+
+def verify_export(
+    directory: str | os.PathLike[str],
+    verifier_keys: str | Sequence[str],
+    *,
+    ledger: Ledger | None = None,
+    progress: Progress | None = None,
+) -> ExportCheck:
+    """Verify an export (``Ledger.export``) on its own: the signature over its manifest and
+    its checkpoint, every file's SHA-256, the root of the entries it carries against the
+    checkpoint, and every row derived again from those entries (see
+    ``evidence_ledger.index.export_check``). Memory does not grow with the size of the
+    entries file beyond the derived rows.
+
+    Args:
+        directory: the export directory (holds ``manifest.json``).
+        verifier_keys: the ledger's C2SP verifier key strings; one must have signed both
+            the manifest and the checkpoint.
+        ledger: also check that this ledger's root at the export's tree size is the
+            export's (``Ledger.verify_export`` passes itself).
+        progress: ``progress(entries_done, entries_done, tree_size)`` as the rows are
+            derived.
+
+    Returns:
+        The check: ``ok``, and ``problems``, one line per mismatch naming the file.
+
+    Raises:
+        UsageError: for no key, a malformed or ambiguous key, a directory without
+            ``manifest.json``, or a ``ledger`` that holds none.
+        EvidenceError: if ``manifest.json`` is not an export manifest.
+        MissingExtraError: without the ``[query]`` extra.
+    """
+    from evidence_ledger.storage.ledger_dir import Ledger as LedgerDirectory
+
+    verifiers = [Verifier.from_vkey(v) for v in _strings(verifier_keys)]
+    check_module = load("evidence_ledger.index.export_check", "query", "verify-export")
+    check: ExportCheck = check_module.verify_export(
+        directory, verifiers, None if ledger is None else LedgerDirectory(ledger.directory),
+        progress=progress)
+    return check
 
 
 def scan_sessions(

@@ -36,16 +36,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from securesystemslib.dsse import Envelope
-from securesystemslib.signer import Key, SecretsHandler, Signature
-from securesystemslib.signer import Signer as DsseSigner
 
 from evidence_ledger.bundle.verify import (
     ABSENCE_SIGNED,
@@ -55,12 +50,10 @@ from evidence_ledger.bundle.verify import (
     PREDICATE_TYPE,
     PROOF_INCLUSION,
     PROOF_WHOLE_LOG,
-    STATEMENT_TYPE,
     BundleError,
     Selection,
     VerifiedBundle,
     absence_statement,
-    dsse_key,
     finding_in_selection,
     verify_bundle,
 )
@@ -73,6 +66,7 @@ from evidence_ledger.storage.fsutil import close_fd
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.tree_store import TreeStore
 from evidence_ledger.tlog.checkpoint import Checkpoint, verify_checkpoint
+from evidence_ledger.tlog.dsse import in_toto_statement, sign_envelope
 from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.note import Signer
 from evidence_ledger.tlog.proof_verify import verify_inclusion
@@ -105,31 +99,6 @@ class Bundle:
     verified: VerifiedBundle
     checkpoint: StoredCheckpoint
     checkpoint_reused: bool
-
-
-class _NoteKeySigner(DsseSigner):
-    """A securesystemslib signer over the ledger's C2SP note key (Ed25519, RFC 8032).
-
-    The signature's keyid is the verifier key string (see
-    :func:`evidence_ledger.bundle.verify.dsse_key`).
-    """
-
-    def __init__(self, signer: Signer) -> None:
-        self._signer = signer
-        self._key = dsse_key(signer.verifier)
-
-    @property
-    def public_key(self) -> Key:
-        return self._key
-
-    def sign(self, payload: bytes) -> Signature:
-        return Signature(self._key.keyid, self._signer.sign(payload).hex())
-
-    @classmethod
-    def from_priv_key_uri(
-        cls, priv_key_uri: str, public_key: Key, secrets_handler: SecretsHandler | None = None
-    ) -> _NoteKeySigner:
-        raise UsageError("a ledger key is loaded from its key file, not from a URI")
 
 
 # -- selection ----------------------------------------------------------------------------
@@ -452,14 +421,10 @@ def build_bundle(
             item["proof"] = [_b64(h) for h in proofs[seq]]
         items.append(item)
     seqs = frozenset(seq for seq, _, _ in entries)
-    statement = {
-        "_type": STATEMENT_TYPE,
-        "subject": [
-            {"name": f"entry/{seq}", "digest": {"sha256": entry_hash(data).hex()}}
-            for seq, data, _ in entries
-        ],
-        "predicateType": PREDICATE_TYPE,
-        "predicate": {
+    payload = in_toto_statement(
+        ((f"entry/{seq}", entry_hash(data)) for seq, data, _ in entries),
+        PREDICATE_TYPE,
+        {
             "format_version": BUNDLE_FORMAT_VERSION,
             "selection": selection.to_json(),
             "checkpoint": stored.data.decode("utf-8"),
@@ -473,8 +438,7 @@ def build_bundle(
                 "statement": absence_statement(whole_log, cp.size),
             },
         },
-    }
-    payload = json.dumps(statement, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    )
     data = sign_statement(payload, signer)
     try:
         verified = verify_bundle(data, [signer.verifier])
@@ -486,17 +450,14 @@ def build_bundle(
 
 
 def sign_statement(payload: bytes, signer: Signer, payload_type: str = PAYLOAD_TYPE) -> bytes:
-    """Wrap ``payload`` (statement JSON bytes) in a DSSE envelope signed by ``signer``.
-
-    The signature is Ed25519 over the DSSE PAE of ``payload_type`` and ``payload``
-    (securesystemslib ``Envelope.sign``); its keyid is the signer's verifier key string.
+    """Wrap ``payload`` (statement JSON bytes) in a DSSE envelope signed by ``signer``
+    (:func:`evidence_ledger.tlog.dsse.sign_envelope`; its keyid is the signer's verifier
+    key string).
 
     Returns:
         The envelope as indented JSON, UTF-8, ending in a newline (a bundle file).
     """
-    envelope = Envelope(payload, payload_type, {})
-    envelope.sign(_NoteKeySigner(signer))
-    return (json.dumps(envelope.to_dict(), indent=2) + "\n").encode("utf-8")
+    return sign_envelope(payload, signer, payload_type)
 
 
 def write_bundle(path: str | os.PathLike[str], data: bytes, private: bool = False) -> Path:

@@ -79,9 +79,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from securesystemslib import exceptions as sslib_exceptions
 from securesystemslib.dsse import Envelope
-from securesystemslib.signer import Key, Signature, SSlibKey
+from securesystemslib.signer import Signature
 
 from evidence_ledger.format.entries import (
     PAYLOAD_FIELDS,
@@ -93,6 +92,12 @@ from evidence_ledger.format.entries import (
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.tlog import merkle
 from evidence_ledger.tlog.checkpoint import Checkpoint, verify_checkpoint
+from evidence_ledger.tlog.dsse import (
+    PAYLOAD_TYPE,
+    STATEMENT_TYPE,
+    EnvelopeSignatureError,
+    check_envelope,
+)
 from evidence_ledger.tlog.note import Verifier
 from evidence_ledger.tlog.proof_verify import verify_inclusion
 from evidence_ledger.verify.findings import (
@@ -131,15 +136,12 @@ __all__ = [
     "Selection",
     "VerifiedBundle",
     "absence_statement",
-    "dsse_key",
     "finding_in_selection",
     "tlog_proof_text",
     "verify_bundle",
 ]
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://evidence-ledger.dev/bundle/v1"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
 BUNDLE_FORMAT_VERSION = 1
 PROOF_INCLUSION = "rfc9162-inclusion"
 PROOF_WHOLE_LOG = "whole-log"
@@ -198,12 +200,6 @@ def _printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in text)
-
-
-def _cut(text: str, most: int = 200) -> str:
-    """``text`` (untrusted, e.g. a key id from an envelope) shortened to ``most`` characters,
-    with an ellipsis when cut, so a cut value is never mistaken for a whole one."""
-    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _show(value: Any) -> str:
@@ -472,21 +468,6 @@ def absence_statement(whole_log: bool, tree_size: int) -> str:
     )
 
 
-# -- keys -------------------------------------------------------------------------------
-
-
-def dsse_key(verifier: Verifier) -> SSlibKey:
-    """The securesystemslib Ed25519 key for a C2SP verifier key.
-
-    Its ``keyid`` is the verifier key string (``name+hex8(keyid)+base64(0x01 || key)``),
-    the keyid a bundle's DSSE signature carries.
-    """
-    return SSlibKey(
-        keyid=verifier.vkey, keytype="ed25519", scheme="ed25519",
-        keyval={"public": verifier.public_key.hex()},
-    )
-
-
 # -- results ----------------------------------------------------------------------------
 
 
@@ -649,21 +630,10 @@ def _envelope(data: bytes) -> Envelope:
 
 def _check_dsse(envelope: Envelope, verifiers: Sequence[Verifier]) -> set[str]:
     """Verify the DSSE signature; return the vkeys that signed."""
-    keys: list[Key] = [dsse_key(v) for v in verifiers]
     try:
-        accepted = envelope.verify(keys, 1)
-    except (sslib_exceptions.VerificationError, ValueError) as exc:
-        given = {k.keyid for k in keys}
-        signed = sorted(envelope.signatures)
-        if given.intersection(signed):
-            detail = "the signature by the given key does not verify over the DSSE PAE"
-        else:
-            detail = (
-                f"signed by {', '.join(_cut(s) for s in signed)}, not by the given key "
-                f"({', '.join(sorted(given))})"
-            )
-        raise BundleSignatureError("envelope signature", detail) from exc
-    return set(accepted)
+        return check_envelope(envelope, verifiers)
+    except EnvelopeSignatureError as exc:
+        raise BundleSignatureError("envelope signature", exc.detail) from exc
 
 
 def _finding(value: Any, what: str) -> Finding:

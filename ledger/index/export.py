@@ -1,28 +1,51 @@
-"""Compliance export of the index views, and the check that an export matches the log.
+"""Compliance export of the index views: files that stand alone, signed with the ledger's
+key and bound to a signed checkpoint of the log.
 
-An export directory holds one file per view of :data:`evidence_ledger.index.db.VIEWS` and a
-``manifest.json`` binding them to the log::
+An export directory holds, for a tree size N (the entries the index stood at)::
+
+    manifest.json        what the export holds (below), every other file with its SHA-256
+    manifest.dsse.json   the signature over manifest.json (below)
+    entries.bin          the log's entries [0, N): each record in a frame of its own, as
+                         in log.bin (FORMAT.md "Frames"; every "more follows" bit clear)
+    checkpoint.note      a c2sp.org/tlog-checkpoint at tree size N in a signed note, signed
+                         by the same key (not stored in the ledger's checkpoints/)
+    <view>.<ext>         one file per view of :data:`evidence_ledger.index.db.VIEWS`
+
+``manifest.json`` (JSON, indented)::
 
     {
-      "export_format_version": 1,
+      "export_format_version": 2,
       "format": "parquet" | "csv" | "jsonl",
       "tree_size": N,                     entries the export was taken at
       "root_hash": "<base64>",            RFC 9162 root over entries [0, N) (as verify --json)
       "since_ns": int | null,             rows whose time column t has since <= t < until
       "until_ns": int | null,             (ns since the epoch, UTC; see View.time)
-      "files": [{"name": "calls.parquet", "view": "calls", "rows": k,
+      "files": [{"name": "entries.bin", "entries": N, "sha256": "sha256:<hex>"},
+                {"name": "checkpoint.note", "sha256": "sha256:<hex>"},
+                {"name": "calls.parquet", "view": "calls", "rows": k,
                  "sha256": "sha256:<hex>"}, ...]
     }
+
+``manifest.dsse.json`` is a DSSE envelope (:mod:`evidence_ledger.tlog.dsse`: Ed25519 over
+the DSSE PAE, keyid the C2SP verifier key string, JSON indented by two spaces) of payload
+type ``application/vnd.in-toto+json``, whose payload is the in-toto Statement v1, as
+compact ASCII JSON (:func:`export_statement`)::
+
+    {"_type": "https://in-toto.io/Statement/v1",
+     "subject": [{"name": "manifest.json", "digest": {"sha256": "<hex of its bytes>"}}],
+     "predicateType": "https://evidence-ledger.dev/export/v1",
+     "predicate": {"tree_size": N, "root_hash": "<base64>"}}
+
+So one key binds it all: the envelope signs the manifest's bytes, the manifest names every
+file's SHA-256, and the checkpoint (signed by the same key) the root of ``entries.bin``,
+from which every view's rows are derived again.
 
 Formats: Parquet (the Arrow schema of each view), CSV (header row, RFC 4180 quoting: every
 string quoted, null empty and unquoted; lists as JSON arrays; times as
 ``YYYY-MM-DD HH:MM:SS.ffffffZ``), JSON Lines (one object a row; OpenTelemetry GenAI names
 for ``call_id``, ``tool``, ``agent``; times ISO 8601 with ``Z``).
 
-:func:`verify_export` re-derives every view from the ledger's first N entries (in memory,
-never from the index), checks the root hash at N, each file's SHA-256 and each file's rows:
-a Parquet file is read back and compared as a table, a CSV or JSON Lines file is compared
-byte for byte with the same rows written again.
+:mod:`evidence_ledger.index.export_check` verifies an export without the ledger.
 """
 
 from __future__ import annotations
@@ -32,9 +55,7 @@ import datetime as dt
 import hashlib
 import json
 import os
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,24 +66,40 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from evidence_ledger.format.errors import EvidenceError, StorageError, UsageError
-from evidence_ledger.index.build import Progress, derive, update_index
-from evidence_ledger.index.db import MAX_TIME_NS, VIEWS, View
+from evidence_ledger.format.framing import Record, frame
+from evidence_ledger.index.build import Progress, update_index
+from evidence_ledger.index.db import VIEWS, View
 from evidence_ledger.index.query import connect_read_only, raise_if_damaged, rebuilt_if_damaged
-from evidence_ledger.storage.files import read_input
+from evidence_ledger.record.checkpointing import sign_tree_head
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.log_proofs import log_root
+from evidence_ledger.tlog.checkpoint import Checkpoint
+from evidence_ledger.tlog.dsse import PAYLOAD_TYPE, in_toto_statement, sign_envelope
+from evidence_ledger.tlog.merkle import CompactRange, leaf_hash
+from evidence_ledger.tlog.note import Signer
 
 __all__ = [
+    "CHECKPOINT",
+    "ENTRIES",
+    "EXPORT_FORMAT_VERSION",
     "FORMATS",
     "MANIFEST",
     "OTEL_NAMES",
-    "ExportCheck",
+    "PREDICATE_TYPE",
+    "SIGNATURE",
+    "HashingFile",
     "export_ledger",
-    "verify_export",
+    "export_statement",
+    "file_sha256",
+    "select_rows",
+    "write_rows",
 ]
 
-EXPORT_FORMAT_VERSION = 1
+EXPORT_FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
+SIGNATURE = "manifest.dsse.json"
+ENTRIES = "entries.bin"
+CHECKPOINT = "checkpoint.note"
+PREDICATE_TYPE = "https://evidence-ledger.dev/export/v1"
 FORMATS = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
 """Export format -> file extension."""
 OTEL_NAMES = {
@@ -73,9 +110,23 @@ OTEL_NAMES = {
 """Column -> OpenTelemetry GenAI attribute name (used as the key in JSON Lines)."""
 
 
+def export_statement(manifest: bytes, tree_size: int, root_hash: str) -> bytes:
+    """The in-toto Statement ``manifest.dsse.json`` signs (see the module docstring).
 
-def _select(table: pa.Table, view: View, since: int | None, until: int | None) -> pa.Table:
-    """Rows with ``since <= t < until`` on the view's time column (no bound: all rows). A
+    Args:
+        manifest: the bytes of ``manifest.json``.
+        tree_size: its tree size (entries).
+        root_hash: its root hash (standard base64).
+    """
+    return in_toto_statement(
+        [(MANIFEST, hashlib.sha256(manifest).digest())], PREDICATE_TYPE,
+        {"tree_size": tree_size, "root_hash": root_hash},
+    )
+
+
+def select_rows(table: pa.Table, view: View, since: int | None, until: int | None) -> pa.Table:
+    """Rows of ``table`` (a view's) with ``since <= t < until`` on the view's time column
+    (ns; no bound: all rows). A
     row whose ``*_ns`` time is NULL but whose TIMESTAMP is set lies past 2^63-1 ns: after
     any ``since``, and never before an ``until``."""
     if since is None and until is None:
@@ -138,8 +189,16 @@ def _write_jsonl(table: pa.Table, sink: Any) -> None:
 _WRITERS: dict[str, Callable[[pa.Table, Any], None]] = {"csv": _write_csv, "jsonl": _write_jsonl}
 
 
-class _HashingFile:
-    """A write-only file object that writes through to ``out`` and hashes what passes."""
+def write_rows(table: pa.Table, fmt: str, sink: Any) -> None:
+    """Write ``table`` (a view's rows) as ``fmt`` (``csv`` or ``jsonl``: the byte form of
+    the export's files) to ``sink``, a binary file object."""
+    _WRITERS[fmt](table, sink)
+
+
+class HashingFile:
+    """A write-only file object that hashes what passes, writes it through to ``out``, and
+    compares it with what ``compare`` reads (:attr:`first_difference`: the offset of the
+    first byte that differs, or None)."""
 
     def __init__(self, out: BinaryIO | None = None, compare: BinaryIO | None = None) -> None:
         self.out, self.compare = out, compare
@@ -178,16 +237,17 @@ def _write(table: pa.Table, fmt: str, path: Path) -> str:
     try:
         if fmt == "parquet":
             pq.write_table(table, path)
-            return _file_sha256(path)
+            return file_sha256(path)
         with open(path, "wb") as fh:
-            sink = _HashingFile(out=fh)
-            _WRITERS[fmt](table, sink)
+            sink = HashingFile(out=fh)
+            write_rows(table, fmt, sink)
     except OSError as exc:
         raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return "sha256:" + sink.sha256.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """``sha256:<hex>`` of the file at ``path``, read 1 MiB at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 20):
@@ -202,32 +262,39 @@ def export_ledger(
     ledger: Ledger,
     out: str | os.PathLike[str],
     fmt: str,
+    signer: Signer,
     *,
     since: int | None = None,
     until: int | None = None,
     index: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Export every view of ``ledger``'s index, brought up to date first, into ``out``.
+    """Export every view of ``ledger``'s index, brought up to date first, into ``out``,
+    with the log's entries up to the index's tree size, a checkpoint of that tree head
+    and the manifest, all signed by ``signer`` (see the module docstring).
 
     Args:
         ledger: the ledger.
         out: a directory that does not exist yet or is empty.
         fmt: ``parquet``, ``csv`` or ``jsonl``.
+        signer: the ledger's checkpoint key (its name must be the origin of the stored
+            checkpoints); it signs the checkpoint and the manifest.
         since, until: keep rows whose time column lies in ``[since, until)`` (ns, UTC).
         index: the index file (default: the ledger's index in the user's cache,
             :mod:`evidence_ledger.index.location`).
         progress: called as ``progress(tree_size, files_written, files_total)`` after
-            each file (the index update before it reports nothing; call
+            each view's file (the index update before it reports nothing; call
             :func:`evidence_ledger.index.build.update_index` first to follow it).
 
     Returns:
         The manifest written to ``out/manifest.json``.
 
     Raises:
-        UsageError: on a bad format, time range or output directory, or no ledger.
-        EvidenceError: if the log fails integrity while indexing, or no longer has the
-            root the index was built at (checked against ``log.bin`` in one O(n) pass).
+        UsageError: on a bad format, time range or output directory, no ledger, or a key
+            named otherwise than the ledger's checkpoints' origin.
+        EvidenceError: if the log fails integrity while indexing, contradicts a stored
+            checkpoint, or no longer has the root the index was built at (checked
+            against ``log.bin`` in one O(n) pass, and again as the entries are copied).
         StorageError: if a file cannot be written.
     """
     if fmt not in FORMATS:
@@ -237,51 +304,110 @@ def export_ledger(
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"{target} exists and is not an empty directory")
-    tree_size, root_hash, files = rebuilt_if_damaged(
+    note, head, views = rebuilt_if_damaged(
         index, False, lambda rebuild: _export_views(
-            ledger, index, rebuild, fmt, target, since, until, progress))
+            ledger, index, rebuild, fmt, signer, target, since, until, progress))
+    root, entries_sha256 = _write_entries(ledger, head.size, target / ENTRIES)
+    if root != head.root:
+        raise EvidenceError(f"the log changed while its entries were exported (root at tree "
+                            f"size {head.size}); run verify")
+    files: list[dict[str, Any]] = [
+        {"name": ENTRIES, "entries": head.size, "sha256": entries_sha256},
+        {"name": CHECKPOINT, "sha256": _write_file(target / CHECKPOINT, note)},
+        *views,
+    ]
+    root_hash = base64.b64encode(head.root).decode("ascii")
     manifest = {
         "export_format_version": EXPORT_FORMAT_VERSION, "format": fmt,
-        "tree_size": tree_size, "root_hash": root_hash, "since_ns": since, "until_ns": until,
+        "tree_size": head.size, "root_hash": root_hash, "since_ns": since, "until_ns": until,
         "files": files,
     }
-    try:
-        (target / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise StorageError(f"cannot write {target / MANIFEST}: {exc.strerror}") from exc
+    data = (json.dumps(manifest, indent=2) + "\n").encode("utf-8")
+    _write_file(target / MANIFEST, data)
+    envelope = sign_envelope(export_statement(data, head.size, root_hash), signer, PAYLOAD_TYPE)
+    _write_file(target / SIGNATURE, envelope)
     return manifest
+
+
+def _write_file(path: Path, data: bytes) -> str:
+    """Write ``data`` to the new file ``path``; return its ``sha256:<hex>``.
+
+    Raises:
+        StorageError: if it cannot be written.
+    """
+    try:
+        with open(path, "xb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _write_entries(ledger: Ledger, size: int, path: Path) -> tuple[bytes, str]:
+    """Copy the log's first ``size`` entries to ``path``, each in a frame of its own;
+    return the RFC 9162 root over the records written and the file's ``sha256:<hex>``
+    (one pass, O(log n) memory).
+
+    Raises:
+        EvidenceError: if the log is damaged or short before ``size``.
+        StorageError: if the file cannot be written.
+    """
+    tree, digest, done = CompactRange(), hashlib.sha256(), 0
+    try:
+        with open(path, "xb") as fh:
+            for item in ledger.scan() if size else ():
+                if not isinstance(item, Record) or not item.crc_ok:
+                    raise EvidenceError(
+                        f"the log is damaged or short at seq {done}, before the export's "
+                        f"tree size {size} (run verify)")
+                framed = frame(item.data, more=False)
+                fh.write(framed)
+                digest.update(framed)
+                tree.append(leaf_hash(item.data))
+                done += 1
+                if done == size:
+                    break
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    if done < size:
+        raise EvidenceError(f"the log holds {done} entries, fewer than the export's {size}")
+    return tree.root(), "sha256:" + digest.hexdigest()
 
 
 def _export_views(
     ledger: Ledger, index: str | os.PathLike[str] | None, rebuild: bool, fmt: str,
-    target: Path, since: int | None, until: int | None, progress: Progress | None,
-) -> tuple[int, str, list[dict[str, Any]]]:
-    """Write every view to ``target`` from the index brought up to date; return the tree
-    size and root hash it stands at and the manifest's file list.
+    signer: Signer, target: Path, since: int | None, until: int | None,
+    progress: Progress | None,
+) -> tuple[bytes, Checkpoint, list[dict[str, Any]]]:
+    """Sign the tree head the index brought up to date stands at, once the log is found to
+    have that root, and write every view to ``target``; return the signed checkpoint, its
+    tree head and the manifest's list of the views' files. Writing again (after a rebuild)
+    replaces the files.
 
     Raises:
         DamagedIndexError: if DuckDB finds the index file damaged while reading it.
     """
     info = update_index(ledger, index, rebuild=rebuild)
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create {target}: {exc.strerror}") from exc
     files = []
     with connect_read_only(info.path) as con:
         try:
             tree_size, root_hash = con.execute(
                 "SELECT tree_size, root_hash FROM ledger_index"
             ).fetchall()[0]
-            if base64.b64encode(log_root(ledger, tree_size)).decode("ascii") != root_hash:
+            note, head = sign_tree_head(ledger, [signer], tree_size)
+            if base64.b64encode(head.root).decode("ascii") != root_hash:
                 raise EvidenceError(
                     f"the log no longer has the root the index recorded at tree size "
                     f"{tree_size} (it changed after it was indexed); run verify"
                 )
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UsageError(f"cannot create {target}: {exc.strerror}") from exc
             for view in VIEWS.values():
                 table = con.sql(
                     f"SELECT * FROM {view.name} ORDER BY {view.order}").to_arrow_table()
-                table = _select(table.cast(view.schema), view, since, until)
+                table = select_rows(table.cast(view.schema), view, since, until)
                 name = f"{view.name}.{FORMATS[fmt]}"
                 files.append({"name": name, "view": view.name, "rows": table.num_rows,
                               "sha256": _write(table, fmt, target / name)})
@@ -290,190 +416,4 @@ def _export_views(
         except duckdb.Error as exc:
             raise_if_damaged(exc, index)
             raise
-    return tree_size, root_hash, files
-
-
-# -- verify-export ------------------------------------------------------------------------
-
-
-@dataclass
-class ExportCheck:
-    """What :func:`verify_export` found.
-
-    Attributes:
-        tree_size: entries the export says it was taken at.
-        root_hash: the manifest's root hash (base64).
-        files: files the manifest lists.
-        problems: one line per mismatch, each naming the file (or the root) concerned.
-    """
-
-    tree_size: int
-    root_hash: str
-    files: int
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """True when the export matches the ledger."""
-        return not self.problems
-
-
-MAX_MANIFEST_BYTES = 1 << 20
-"""Largest ``manifest.json`` read, in bytes (one holds a line per view: a few KiB)."""
-
-
-def _read_manifest(directory: Path) -> dict[str, Any]:
-    if not directory.is_dir():
-        raise UsageError(f"{directory} is not a directory")
-    path = directory / MANIFEST
-    if not path.is_file():
-        raise UsageError(f"{directory} holds no {MANIFEST}: not an export")
-    try:
-        manifest = json.loads(read_input(path, largest=MAX_MANIFEST_BYTES,
-                                         what="export manifest").decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise EvidenceError(f"{MANIFEST} is not JSON (or nested too deeply): {exc}") from exc
-    fmt = manifest.get("format") if isinstance(manifest, dict) else None
-    ok = (
-        isinstance(manifest, dict)
-        and _count(manifest.get("export_format_version"))  # an int: not true, not 1.0
-        and manifest["export_format_version"] == EXPORT_FORMAT_VERSION
-        and isinstance(fmt, str) and fmt in FORMATS
-        and _count(manifest.get("tree_size"))
-        and isinstance(manifest.get("root_hash"), str)
-        and all(manifest.get(k) is None or _time(manifest.get(k)) for k in _RANGE)
-        and isinstance(manifest.get("files"), list)
-        and all(
-            isinstance(f, dict) and isinstance(f.get("view"), str) and f["view"] in VIEWS
-            and f.get("name") == f"{f.get('view')}.{FORMATS[str(fmt)]}"
-            and _count(f.get("rows")) and isinstance(f.get("sha256"), str)
-            for f in manifest["files"]
-        )
-    )
-    if not ok:
-        raise EvidenceError(f"{MANIFEST} is not an evidence-ledger export manifest (version "
-                            f"{EXPORT_FORMAT_VERSION})")
-    twice = sorted(n for n, c in Counter(f["name"] for f in manifest["files"]).items() if c > 1)
-    if twice:
-        raise EvidenceError(f"{MANIFEST} lists {twice[0]} twice (a tampered export)")
-    return manifest
-
-
-_RANGE = ("since_ns", "until_ns")
-
-
-def _count(value: Any) -> bool:
-    return type(value) is int and value >= 0
-
-
-def _time(value: Any) -> bool:
-    return _count(value) and value <= MAX_TIME_NS
-
-
-def _first_row_difference(ours: pa.Table, theirs: pa.Table) -> int:
-    step = 4096
-    for start in range(0, max(ours.num_rows, theirs.num_rows), step):
-        a, b = ours.slice(start, step).to_pylist(), theirs.slice(start, step).to_pylist()
-        for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            if x != y:
-                return start + i
-        if len(a) != len(b):
-            return start + min(len(a), len(b))
-    return min(ours.num_rows, theirs.num_rows)
-
-
-def _compare(path: Path, fmt: str, expected: pa.Table) -> str | None:
-    """None when the file at ``path`` holds exactly ``expected``, else what differs."""
-    if fmt == "parquet":
-        try:
-            theirs = pq.read_table(path).cast(expected.schema)
-        except (pa.ArrowException, ValueError, OSError) as exc:  # damaged data: OSError
-            return f"not a Parquet file of this view's columns ({' '.join(str(exc).split())})"
-        if theirs.equals(expected):
-            return None
-        row = _first_row_difference(expected, theirs)
-        return f"rows differ from the ledger's, first at row {row}"
-    with open(path, "rb") as fh:
-        sink = _HashingFile(compare=fh)
-        _WRITERS[fmt](expected, sink)
-        trailing = fh.read(1)
-    if sink.first_difference is None and not trailing:
-        return None
-    where = sink.first_difference if sink.first_difference is not None else sink.size
-    return f"rows differ from the ledger's, first at byte {where}"
-
-
-def verify_export(
-    directory: str | os.PathLike[str],
-    ledger: Ledger,
-    progress: Progress | None = None,
-) -> ExportCheck:
-    """Check an export against the ledger it claims to come from.
-
-    Every file's SHA-256 must match the manifest, no file may be missing or unlisted,
-    the RFC 9162 root of the ledger's first ``tree_size`` entries must equal the
-    manifest's, and every file must hold exactly the rows re-derived from those entries
-    (the same time range applied). Never reads the index.
-
-    Args:
-        directory: the export directory.
-        ledger: the ledger to check it against.
-        progress: see :data:`evidence_ledger.index.build.Progress` (in entries, not bytes).
-
-    Returns:
-        An :class:`ExportCheck`; its ``problems`` name each file that does not match.
-
-    Raises:
-        UsageError: if ``directory`` holds no manifest, or there is no ledger.
-        EvidenceError: if the manifest does not parse.
-    """
-    where = Path(directory)
-    manifest = _read_manifest(where)
-    fmt, files = manifest["format"], manifest["files"]
-    check = ExportCheck(manifest["tree_size"], manifest["root_hash"], len(files))
-    listed = {f["name"] for f in files}
-    for name in VIEWS:
-        if f"{name}.{FORMATS[fmt]}" not in listed:
-            check.problems.append(f"{name}.{FORMATS[fmt]}: view missing from the manifest")
-    for extra in sorted(set(os.listdir(where)) - listed - {MANIFEST}):
-        check.problems.append(f"{extra}: not listed in the manifest")
-    present = []
-    for f in files:
-        path = where / f["name"]
-        if not path.is_file():
-            check.problems.append(f"{f['name']}: missing")
-            continue
-        got = _file_sha256(path)
-        if got != f["sha256"]:
-            check.problems.append(f"{f['name']}: SHA-256 {got} differs from the manifest's "
-                                  f"{f['sha256']} (file changed)")
-        present.append(f)
-    ledger.require_exists()
-    try:
-        size = check.tree_size
-        report, tables = derive(
-            ledger.scan(), size, (lambda done: progress(done, done, size)) if progress else None
-        )
-    except EvidenceError as exc:
-        check.problems.append(f"ledger: {exc}")
-        return check
-    root = base64.b64encode(report.root_hash).decode("ascii")
-    if root != check.root_hash:
-        check.problems.append(
-            f"root hash: the ledger's root at tree size {check.tree_size} is {root}, the "
-            f"manifest says {check.root_hash} (another ledger, or a rewritten one)"
-        )
-        return check
-    for f in present:
-        view = VIEWS[f["view"]]
-        expected = _select(
-            tables[view.name], view, manifest.get("since_ns"), manifest.get("until_ns")
-        )
-        if expected.num_rows != f["rows"]:
-            check.problems.append(f"{f['name']}: the manifest says {f['rows']} rows, the "
-                                  f"ledger gives {expected.num_rows}")
-        problem = _compare(where / f["name"], fmt, expected)
-        if problem is not None:
-            check.problems.append(f"{f['name']}: {problem}")
-    return check
-
+    return note, head, files

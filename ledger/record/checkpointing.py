@@ -1,5 +1,6 @@
 """Signing a checkpoint: the ledger's current tree head, verified from the log, signed and
-stored (``evidence-ledger checkpoint``).
+stored (``evidence-ledger checkpoint``); or the head at an earlier size, signed and handed
+out unstored (an export's, :func:`sign_tree_head`).
 
 Only an intact log that extends the latest stored checkpoint is signed, so the log never
 signs two inconsistent checkpoints (c2sp.org/tlog-checkpoint). The store is
@@ -15,12 +16,51 @@ from collections.abc import Sequence
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.storage.checkpoint_store import CheckpointStore, StoredCheckpoint
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.log_proofs import checked_log_root
 from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint
 from evidence_ledger.tlog.note import Signer, parse_note, sign_note
 from evidence_ledger.verify.findings import INTEGRITY
 from evidence_ledger.verify.records import Report, verify_records
 
-__all__ = ["create_checkpoint"]
+__all__ = ["create_checkpoint", "sign_tree_head"]
+
+
+def _origin(signers: Sequence[Signer]) -> str:
+    """The origin of the checkpoints ``signers`` sign: the first one's name.
+
+    Raises:
+        UsageError: if there is no signer.
+    """
+    if not signers:
+        raise UsageError("at least one --key is needed to sign a checkpoint")
+    return signers[0].name
+
+
+def _latest(
+    store: CheckpointStore, origin: str
+) -> tuple[StoredCheckpoint | None, Checkpoint | None]:
+    """The latest stored checkpoint and its tree head (None, None when there is none).
+
+    Raises:
+        EvidenceError: if it does not parse.
+        UsageError: if its origin is not ``origin``.
+    """
+    latest = store.latest()
+    if latest is None:
+        return None, None
+    try:
+        previous = parse_checkpoint(parse_note(latest.data).text)
+    except EvidenceError as exc:
+        raise EvidenceError(
+            f"latest checkpoint {latest.path} is unreadable ({exc}); run verify"
+        ) from exc
+    if previous.origin != origin:
+        raise UsageError(
+            f"the ledger's checkpoints have origin {previous.origin!r}; the first "
+            f"key is named {origin!r}"
+        )
+    return latest, previous
+
 
 def create_checkpoint(
     ledger: Ledger | str | os.PathLike[str] | None,
@@ -52,25 +92,10 @@ def create_checkpoint(
             (rolled back or rewritten), or that checkpoint is unreadable.
         StorageError: if the checkpoint cannot be written.
     """
-    if not signers:
-        raise UsageError("at least one --key is needed to sign a checkpoint")
-    origin = signers[0].name
+    origin = _origin(signers)
     store = CheckpointStore(ledger)
     with store.lock():
-        latest = store.latest()
-        previous = None
-        if latest is not None:
-            try:
-                previous = parse_checkpoint(parse_note(latest.data).text)
-            except EvidenceError as exc:
-                raise EvidenceError(
-                    f"latest checkpoint {latest.path} is unreadable ({exc}); run verify"
-                ) from exc
-            if previous.origin != origin:
-                raise UsageError(
-                    f"the ledger's checkpoints have origin {previous.origin!r}; the first "
-                    f"key is named {origin!r}"
-                )
+        latest, previous = _latest(store, origin)
         # The head is computed from log.bin itself (never from the derived tree/ cache),
         # and only an intact log is signed.
         report = head
@@ -94,3 +119,34 @@ def create_checkpoint(
             )
         body = Checkpoint(origin, report.tree_size, report.root_hash).to_text()
         return store.append(sign_note(body, signers))
+
+
+def sign_tree_head(
+    ledger: Ledger, signers: Sequence[Signer], size: int
+) -> tuple[bytes, Checkpoint]:
+    """Sign, without storing, the tree head of the log's first ``size`` entries (an
+    export's checkpoint: the log may have grown past ``size`` since).
+
+    The root is recomputed from ``log.bin`` in one pass, which also checks the log
+    against every stored checkpoint, so the key never signs a head that contradicts one
+    (:func:`evidence_ledger.storage.log_proofs.checked_log_root`). The origin is the first
+    signer's name and must be the stored checkpoints'.
+
+    Args:
+        ledger: the ledger.
+        signers: one or more keys; one signature line each, in order.
+        size: the tree size (entries), at most the log's.
+
+    Returns:
+        The signed note (c2sp.org/tlog-checkpoint, UTF-8) and its tree head.
+
+    Raises:
+        UsageError: if there is no key, the origin differs from the stored checkpoints',
+            or the log holds fewer than ``size`` entries.
+        EvidenceError: if the log is damaged before ``size``, contradicts a stored
+            checkpoint, or its latest checkpoint is unreadable.
+    """
+    origin = _origin(signers)
+    _latest(CheckpointStore(ledger), origin)
+    head = Checkpoint(origin, size, checked_log_root(ledger, size))
+    return sign_note(head.to_text(), signers), head

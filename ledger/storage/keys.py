@@ -2,6 +2,8 @@
 
 A key file holds one UTF-8 line, ``PRIVATE+KEY+<name>+<hex8 key ID>+<base64(0x01 || seed)>``
 (see :mod:`evidence_ledger.tlog.note`), mode 0600. The key name is the checkpoint origin.
+Beside it, :func:`keygen` writes its verifier key file (:func:`verifier_key_path`): one
+line, ``<name>+<hex8 key ID>+<base64(0x01 || public key)>``, to hand to whoever verifies.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from evidence_ledger.storage.log_store import LOG_NAME
 from evidence_ledger.tlog.note import KeyFormatError, Signer, is_valid_name
 
 __all__ = [
-    "KEY_FILE_MODE", "check_new_key_path", "check_origin", "keygen", "load_signer",
-    "refuse_key_inside",
+    "KEY_FILE_MODE", "VERIFIER_KEY_FILE_MODE", "check_new_key_path", "check_origin", "keygen",
+    "load_signer", "refuse_key_inside", "verifier_key_path",
 ]
 
 KEY_FILE_MODE = 0o600
+VERIFIER_KEY_FILE_MODE = 0o644
+"""Mode a verifier key file is created with, less the umask (it is public)."""
 MAX_KEY_FILE = 4096
 
 
@@ -50,16 +54,30 @@ def check_origin(origin: str) -> None:
         )
 
 
+def verifier_key_path(key_path: str | os.PathLike[str]) -> Path:
+    """Where :func:`keygen` writes the verifier key of the private key file ``key_path``:
+    beside it, its name with a final ``.key`` replaced by ``.vkey`` (``ledger.key`` ->
+    ``ledger.vkey``), else with ``.vkey`` added (``ledger`` -> ``ledger.vkey``). Never
+    ``key_path`` itself."""
+    path = Path(key_path)
+    name = path.name
+    stem = name[: -len(".key")] if name.endswith(".key") and name != ".key" else name
+    return path.with_name(stem + ".vkey")
+
+
 def check_new_key_path(path: str | os.PathLike[str]) -> None:
-    """Refuse ``path`` for a new private key file.
+    """Refuse ``path`` for a new private key file (and its verifier key file beside it).
 
     Raises:
-        UsageError: if it exists, or lies inside a ledger directory (whoever copies the
-            ledger would get the key).
+        UsageError: if either exists, or the key lies inside a ledger directory (whoever
+            copies the ledger would get the key).
     """
     target = Path(path)
     if os.path.lexists(target):
         raise UsageError(f"{target} already exists; refusing to overwrite a key")
+    public = verifier_key_path(target)
+    if os.path.lexists(public):
+        raise UsageError(f"{public} already exists; refusing to overwrite a verifier key")
     ledger_dir = _ledger_above(target.absolute())
     if ledger_dir is not None:
         raise UsageError(
@@ -68,10 +86,12 @@ def check_new_key_path(path: str | os.PathLike[str]) -> None:
 
 
 def keygen(origin: str, out_path: str | os.PathLike[str]) -> str:
-    """Create a new Ed25519 key named ``origin``; write the private key to ``out_path``.
+    """Create a new Ed25519 key named ``origin``; write the private key to ``out_path`` and
+    its verifier key beside it (:func:`verifier_key_path`).
 
-    The file is created with mode 0600 and never overwritten; a failed write removes it,
-    so no partial key file is ever left.
+    Both files are new (never overwritten): the private key with mode 0600, the verifier
+    key with 0644 less the umask, each one line ending in a newline and synced. A failed
+    write removes both, so no partial key and no verifier key without its key is ever left.
 
     Args:
         origin: key name and checkpoint origin, e.g. ``example.com/ledger`` (see
@@ -82,9 +102,9 @@ def keygen(origin: str, out_path: str | os.PathLike[str]) -> str:
         The verifier key string ``name+hex8(keyid)+base64(0x01 || public key)``.
 
     Raises:
-        UsageError: if the origin is not a valid key name, the file exists, or the path
-            lies inside a ledger directory.
-        StorageError: if the file cannot be written.
+        UsageError: if the origin is not a valid key name, either file exists, or the
+            path lies inside a ledger directory.
+        StorageError: if a file cannot be written.
     """
     check_origin(origin)
     path = Path(out_path)
@@ -96,10 +116,32 @@ def keygen(origin: str, out_path: str | os.PathLike[str]) -> str:
             f"origin is {len(origin.encode('utf-8'))} bytes long; a key file holds at most "
             f"{MAX_KEY_FILE} bytes"
         )
+    vkey = signer.verifier.vkey
+    _write_new(path, data, private=True)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, KEY_FILE_MODE)
+        _write_new(verifier_key_path(path), (vkey + "\n").encode("utf-8"), private=False)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    return vkey
+
+
+def _write_new(path: Path, data: bytes, *, private: bool) -> None:
+    """Create ``path`` (never an existing file) with ``data``, synced: a private key
+    (mode 0600 whatever the umask) or a verifier key (0644 less the umask). A failed write
+    removes the file.
+
+    Raises:
+        UsageError: if it exists or its directory does not.
+        StorageError: if it cannot be created or written.
+    """
+    mode = KEY_FILE_MODE if private else VERIFIER_KEY_FILE_MODE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError as exc:
-        raise UsageError(f"{path} already exists; refusing to overwrite a key") from exc
+        what = "a key" if private else "a verifier key"
+        raise UsageError(f"{path} already exists; refusing to overwrite {what}") from exc
     except FileNotFoundError as exc:
         raise UsageError(f"cannot create {path}: no such directory") from exc
     except OSError as exc:
@@ -107,7 +149,8 @@ def keygen(origin: str, out_path: str | os.PathLike[str]) -> str:
     written = False
     try:
         with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), KEY_FILE_MODE)
+            if private:
+                os.fchmod(fh.fileno(), KEY_FILE_MODE)
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -118,7 +161,6 @@ def keygen(origin: str, out_path: str | os.PathLike[str]) -> str:
         if not written:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-    return signer.verifier.vkey
 
 
 def load_signer(path: str | os.PathLike[str]) -> Signer:

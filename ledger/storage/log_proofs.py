@@ -10,7 +10,8 @@ reads leaf hashes back from ``log.bin``, and recomputes roots from the log itsel
   verified (RFC 9162 §2.1.3.2, §2.1.4.2) against roots recomputed from ``log.bin`` in
   one O(n) pass, rebuilding the store once when it disagrees. The proof commands use
   these: the store is a cache anyone who can write the directory can change.
-- :func:`log_root`, :func:`log_leaf_hashes`: that one pass over the log.
+- :func:`log_root`, :func:`checked_log_root`, :func:`log_leaf_hashes`: that one pass over
+  the log.
 
 Every hash is 32 bytes (RFC 9162 §2.1.1); indices and sizes are 0-based entries.
 """
@@ -43,6 +44,7 @@ from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusi
 from evidence_ledger.tlog.proofs import ConsistencyProof, InclusionProof, Prover
 
 __all__ = [
+    "checked_log_root",
     "log_leaf_hashes",
     "log_root",
     "prove_consistency",
@@ -296,7 +298,8 @@ def _checked_head(ledger: Ledger, sizes: Iterable[int], leaf_index: int | None =
                      else "the log gives another root there")
             raise EvidenceError(
                 f"the log contradicts its stored checkpoint {number} (tree size "
-                f"{checkpoint.size}): {found}; no proof is made from it (run verify)")
+                f"{checkpoint.size}): {found}; nothing is proven or signed from it (run "
+                "verify)")
     return head
 
 
@@ -309,6 +312,21 @@ def log_root(ledger: Ledger, size: int) -> bytes:
         EvidenceError: if a record is damaged or the log is not a regular file.
     """
     head = _log_head(ledger, (size,))
+    if size > head.size:
+        raise UsageError(f"tree size {size} is larger than the ledger ({head.size} entries)")
+    return head.roots[size]
+
+
+def checked_log_root(ledger: Ledger, size: int) -> bytes:
+    """:func:`log_root`, from a log that agrees with every stored checkpoint (their roots
+    taken in the same pass): what a new signature over the head at ``size`` may rest on.
+
+    Raises:
+        UsageError: if the log holds fewer than ``size`` entries.
+        EvidenceError: as :func:`log_root`, or when the log is shorter than a stored
+            checkpoint or has another root at its size.
+    """
+    head = _checked_head(ledger, (size,))
     if size > head.size:
         raise UsageError(f"tree size {size} is larger than the ledger ({head.size} entries)")
     return head.roots[size]
