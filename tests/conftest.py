@@ -1,13 +1,18 @@
-"""Every test gets a cache folder of its own: default indexes (under
-``$XDG_CACHE_HOME/evidence-ledger/index/``) never land in the user's cache, nor are
-shared between tests run in parallel."""
+"""Tests keep default indexes (``$XDG_CACHE_HOME/evidence-ledger/index/``) in a cache
+folder of their own process, set before any fixture runs: never in the user's cache."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
 
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _own_cache_home(tmp_path_factory: pytest.TempPathFactory,
-                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="evidence-ledger-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(os.environ["XDG_CACHE_HOME"], ignore_errors=True)

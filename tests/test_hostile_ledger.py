@@ -503,19 +503,20 @@ def test_export_refuses_a_log_changed_after_it_was_indexed(tmp_path):
     # an entry rewritten in place, canonical and with a fresh CRC: the index's freshness
     # check (the last indexed record) still passes, the root does not
     book, key, _vkey = _keyed(tmp_path)
-    assert cli("query", "--ledger", str(book), "SELECT 1 AS one").code == 0
+    index = ("--index", str(tmp_path / "index.duckdb"))  # one index, whatever the origin
+    assert cli("query", "--ledger", str(book), *index, "SELECT 1 AS one").code == 0
     def flip_a_letter_of_the_run_id(data: bytes) -> bytes:
         at = data.index(b"run_id") + len(b"run_id") + 2  # inside the run id's value
         return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]  # still canonical
 
     forge_entry(book, 5, flip_a_letter_of_the_run_id)
-    result = cli("export", "--ledger", str(book), "--format", "jsonl", "--out",
-                 str(tmp_path / "x"), "--key", str(key))
+    export = ("export", "--ledger", str(book), *index, "--format", "jsonl", "--out",
+              str(tmp_path / "x"), "--key", str(key))
+    result = cli(*export)
     assert result.code == 1 and "contradicts its stored checkpoint 1" in result.err, result.err
     assert not (tmp_path / "x").exists()
     shutil.rmtree(book / "checkpoints")  # no signed head to contradict: the index's root
-    result = cli("export", "--ledger", str(book), "--format", "jsonl", "--out",
-                 str(tmp_path / "x"), "--key", str(key))
+    result = cli(*export)
     assert result.code == 1 and "no longer has the root" in result.err, result.err
     assert not (tmp_path / "x").exists()
 

@@ -4,17 +4,19 @@ Reading a ledger (``query``, ``trace``, ``export``) writes nothing into its dire
 a ledger someone was sent (read-only, on a mount, or to be kept byte-identical) is read
 as it is. The default index of a ledger is::
 
-    $XDG_CACHE_HOME/evidence-ledger/index/<identity>/index.duckdb
+    $XDG_CACHE_HOME/evidence-ledger/index/<identity>/<place>/index.duckdb
 
 (``~/.cache`` when ``XDG_CACHE_HOME`` is unset or not an absolute path, as the XDG Base
 Directory Specification says), with its ``.state``, ``.lock`` and ``.wal`` beside it, in
 folders of mode 0700. ``<identity>`` is the first 32 hex digits of
 ``SHA-256(origin || 0x00 || leaf hash of entry 0)``: the ledger's origin (that of its
 first stored checkpoint; empty before one is signed) and the RFC 9162 leaf hash of its
-first entry (none for an empty log). Copies of one ledger share an index; the index checks
-the last record it holds against the log before it is used, so a copy that has moved on
-(or a ledger that is another) is re-indexed, never misread. ``--index FILE`` names
-another file, ``<ledger>/index.duckdb`` included (where the index lived before).
+first entry (none for an empty log). ``<place>`` is the first 16 hex digits of the SHA-256
+of the ledger directory's resolved path: two ledgers that share an identity (a copy that
+has moved on, a fork) never rebuild or read each other's index, while
+``rm -r $XDG_CACHE_HOME/evidence-ledger/index/<identity>`` drops every index of one ledger.
+``--index FILE`` names another file, ``<ledger>/index.duckdb`` included (where the index
+lived before).
 """
 
 from __future__ import annotations
@@ -81,4 +83,6 @@ def default_index_path(ledger: Ledger) -> Path:
     Raises:
         UsageError: see :func:`cache_home`.
     """
-    return cache_home() / "evidence-ledger" / "index" / ledger_identity(ledger) / INDEX_NAME
+    place = hashlib.sha256(os.fsencode(ledger.directory.resolve())).hexdigest()[:16]
+    return (cache_home() / "evidence-ledger" / "index" / ledger_identity(ledger) / place
+            / INDEX_NAME)
