@@ -235,7 +235,7 @@ def test_argument_integrity_shows_what_differs(tmp_path):
     ingest(ledger, "argument_integrity")
     (flag,) = [f for s in steps(model_of(ledger)) for f in s.flags]
     assert flag.finding.rule == "argument_integrity"
-    assert [what for what, _ in flag.compared] == ["the call had", "the execution ran"]
+    assert [what for what, _ in flag.compared] == ["called", "executed"]
     assert flag.diff == ('$.path: "/tmp/a" -> "/"',)
     page = report(ledger, tmp_path / "r.html", "--all")
     assert "$.path: &#34;/tmp/a&#34; -&gt; &#34;/&#34;" in page
@@ -258,13 +258,14 @@ def test_approval_binding_compares_what_the_approver_was_shown(tmp_path):
     assert run_cli("ingest", str(tmp_path / "e.jsonl"), "--ledger", str(ledger)).code == 0
     (flag,) = [f for s in steps(model_of(ledger)) for f in s.flags]
     assert flag.finding.rule == "approval_binding" and flag.finding.seq == 3
-    assert [what for what, _ in flag.compared] == ["the approver was shown", "the call had"]
+    assert [what for what, _ in flag.compared] == ["shown to the approver", "called"]
     assert flag.diff == ("$.amount: 300 -> 3",)
-    unseen = tmp_path / "unseen"
-    ingest(unseen, "approval_binding")
-    first = next(f for s in steps(model_of(unseen)) for f in s.flags)
-    assert first.diff == () and first.note == (
-        "no diff: the approver was shown: only their digest is recorded")
+    shown = flag.compared[0][1]  # the copy of what the approver was shown, redacted
+    assert run_cli("redact", "--ledger", str(ledger), "--digest", shown, "--reason", "gdpr",
+                   "--by", "dpo").code == 0
+    (flag,) = [f for s in steps(model_of(ledger)) for f in s.flags]
+    assert flag.diff == () and flag.note is not None
+    assert flag.note == "shown to the approver: redacted by dpo at seq 5: gdpr"
 
 
 # -- values ------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ against (see :func:`evidence_ledger.bundle.verify.verify_bundle`). Pure."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from evidence_ledger.bundle.verify import VerifiedBundle
 from evidence_ledger.tlog.note import parse_note
 from evidence_ledger.verify.findings import Finding
@@ -40,8 +42,10 @@ def bundle_report(verified: VerifiedBundle, name: str, *, values: bool, made_at:
     cp = verified.checkpoint
     signers = tuple((s.name, f"{s.key_id:08x}")
                     for s in parse_note(verified.checkpoint_note.encode("utf-8")).signatures)
+    compared = {f: f.compared for f in verified.recomputed}  # a signed verdict holds none
     findings: list[tuple[Finding, str | None]] = [
-        (f, SIGNED_ONLY if f in verified.signed_only else None) for f in verified.verdict]
+        (dataclasses.replace(f, compared=compared.get(f)),
+         SIGNED_ONLY if f in verified.signed_only else None) for f in verified.verdict]
     findings += [(f, UNCOVERED) for f in verified.uncovered]
     return build_report(
         source=f"bundle {name}", selection=verified.selection, made_at=made_at,

@@ -20,10 +20,18 @@ from typing import Any
 from evidence_ledger.bundle.verify import Selection
 from evidence_ledger.format.entries import Entry
 from evidence_ledger.verify.chains import CallChain, call_chains
-from evidence_ledger.verify.findings import APPROVAL_BINDING, ARGUMENT_INTEGRITY, Finding
+from evidence_ledger.verify.findings import Finding
 from evidence_ledger.verify.lineage import BoundEntry, StateNode
 from evidence_ledger.verify.rules import CallKey, CallState
-from evidence_ledger.views.values import PREVIEW_BYTES, Redaction, Value, preview, value_diff
+from evidence_ledger.views.values import (
+    COMPARED_ROLES,
+    PREVIEW_BYTES,
+    Redaction,
+    Value,
+    ValueDiff,
+    argument_payloads,
+    preview,
+)
 
 __all__ = [
     "MAX_ENTRIES",
@@ -162,8 +170,8 @@ class Flag:
 
     Attributes:
         finding: the verifier's finding.
-        compared: for a violation about two argument values (``approval_binding``,
-            ``argument_integrity``): ``(what, digest text)`` of each side, else empty.
+        compared: for a violation about two argument values (:attr:`Finding.compared`):
+            ``(what, digest text)`` of each side, else empty.
         diff: what differs between the two values (one line each, JSON paths), when both
             are at hand.
         note: why there is no diff although two sides are compared, else None.
@@ -473,8 +481,7 @@ def build_report(
         run.states, run.states_left = _states(lineage.get(run.run_id or "", []), focus)
     shown = unplaced = 0
     ledger_flags: list[Flag] = []
-    by_seq = {entry.seq: entry for entry in entries}
-    args = _arguments(entries)
+    args = argument_payloads(entries)
     for finding, remark in findings:
         shown += 1
         at = steps.get(finding.seq) if finding.seq is not None else None
@@ -483,7 +490,7 @@ def build_report(
             unplaced += 1
             if unplaced > MAX_UNPLACED:
                 continue
-        flag = _flag(finding, remark, by_seq, calls_by_key, args, values)
+        flag = _flag(finding, remark, args, values)
         if at is not None:
             at.flags.append(flag)
         elif key is not None and key in spans:
@@ -565,57 +572,34 @@ def _states(roots: list[StateNode], focus: str | None) -> tuple[list[StateRow], 
     return rows, left
 
 
-def _arguments(entries: Iterable[Entry]) -> dict[bytes, bytes]:
-    """Arguments digest -> the payload of those arguments, from the calls and executions
-    that recorded one."""
-    found: dict[bytes, bytes] = {}
-    for entry in entries:
-        payload = entry.body.get("args_payload") if entry.kind in ("call", "execution") \
-            else None
-        if isinstance(payload, bytes):
-            found.setdefault(entry.body["args_digest"], payload)
-    return found
-
-
-def _flag(finding: Finding, remark: str | None, by_seq: Mapping[int, Entry],
-          calls: Mapping[CallKey, Entry], args: Mapping[bytes, bytes],
+def _flag(finding: Finding, remark: str | None, args: Mapping[bytes, bytes],
           values: ValueSource) -> Flag:
-    """``finding`` with the two argument values it is about compared, where it is about
-    two (``approval_binding`` of an approval shown other arguments, ``argument_integrity``)."""
-    key = _finding_key(finding)
-    call = calls.get(key) if key is not None else None
-    if call is None or finding.seq is None:
+    """``finding`` with the two argument values it compared (:attr:`Finding.compared`:
+    what the approver was shown and what the call had, what the call had and what ran, ...),
+    and what differs between them when both are at hand. An arguments digest names the
+    payload of that digest (a decision's copy of what its approver was shown, or arguments
+    that are their own canonical form) when one is at hand, else the arguments payload
+    of an entry with that digest (``args``)."""
+    if finding.compared is None:
         return Flag(finding, remark=remark)
-    called = call.body["args_digest"]
-    if finding.rule == ARGUMENT_INTEGRITY:
-        ran = by_seq.get(finding.seq)
-        if ran is None or ran.kind != "execution":
-            return Flag(finding, remark=remark)
-        sides = [("the call had", called, call.body.get("args_payload")),
-                 ("the execution ran", ran.body["args_digest"], ran.body.get("args_payload"))]
-    elif finding.rule == APPROVAL_BINDING:
-        shown = [e for e in by_seq.values() if e.kind == "decision" and e.seq < finding.seq
-                 and _call_key(e) == key and e.body["decision"] == "approve"
-                 and e.body["args_digest"] not in (None, called)]
-        if not shown:
-            return Flag(finding, remark=remark)
-        approved = max(shown, key=lambda e: e.seq).body["args_digest"]
-        sides = [("the approver was shown", approved, args.get(approved)),
-                 ("the call had", called, call.body.get("args_payload"))]
-    else:
-        return Flag(finding, remark=remark)
-    compared = tuple((what, "sha256:" + digest.hex()) for what, digest, _ in sides)
-    found = [values(payload) if isinstance(payload, bytes) else None
-             for _, _, payload in sides]
+    roles = COMPARED_ROLES.get(finding.rule, ("expected", "got"))
+    compared = tuple(zip(roles, ("sha256:" + d.hex() for d in finding.compared), strict=True))
     if not values.included:
         return Flag(finding, compared, note="values left out of this report", remark=remark)
-    if all(v is not None and v.state == "present" and not v.cut for v in found):
-        one, other = (v.parsed() for v in found if v is not None)
-        return Flag(finding, compared, tuple(value_diff(one, other)), remark=remark)
-    why = [f"{what}: " + ("only their digest is recorded" if v is None else v.describe())
-           for (what, _, _), v in zip(sides, found, strict=True)
-           if v is None or v.state != "present" or v.cut]
-    return Flag(finding, compared, note="no diff: " + "; ".join(why), remark=remark)
+    sides = [_arguments_value(digest, args, values) for digest in finding.compared]
+    diff = ValueDiff.of(finding, *sides)
+    if diff.lines:
+        return Flag(finding, compared, diff.lines, remark=remark)
+    return Flag(finding, compared, note="; ".join(diff.summary()), remark=remark)
+
+
+def _arguments_value(digest: bytes, args: Mapping[bytes, bytes], values: ValueSource,
+                     ) -> Value:
+    """The value of the arguments ``digest`` names (see :func:`_flag`)."""
+    value = values(digest)
+    if value.state in ("missing", "withheld") and digest in args:
+        value = values(args[digest])
+    return value if value.state != "missing" or digest in args else Value(digest, "unrecorded")
 
 
 # -- what one entry says --------------------------------------------------------------
