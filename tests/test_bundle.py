@@ -474,3 +474,14 @@ def test_prove_rebuilds_a_tree_cache_that_claims_too_few_entries(tmp_path: Path)
                    "--out", str(tmp_path / "b.json"))
     assert done.code == 0, done.err
     assert json.loads(done.out)["tree_size"] == 601
+
+
+def test_a_clear_of_the_session_another_run_persisted_a_call_item_to_is_in_the_closure():
+    """Found by the property above: run r2 persisted a ``function_call`` of r1's call c1 to
+    session s1, which was then cleared; the bundle of c1 left the ``clear`` out, so its
+    rules found an ``output_not_persisted`` the ledger does not have."""
+    events = [("call", "charge", "a", "r1", "c1", False, None, ()),
+              ("item", "function_call", "s1", "r2", "c1", False, None, ()),
+              ("item", "clear", "s1", "r1", "c1", False, None, ()),
+              ("run_end", "completed", "", "r1", "c1", False, None, ())]
+    test_selection_closure_rederives_the_full_verdict.hypothesis.inner_test(events)

@@ -17,8 +17,9 @@ the bundled entries gives exactly the full ledger's verdict on the selection:
 - the ``run_end``, ``run_state`` and static ``tool_policy`` entries and the sticky
   (``always``) decisions of the selection's runs, with the ``call`` entries those
   decisions were made on;
-- the ``clear`` operations of the sessions the selection persisted items to, and the first
-  item each run persisted to them (an output is traced through the runs that wrote into its
+- the ``clear`` operations of the sessions the selection persisted items to (or another
+  run persisted an item of one of its calls to), and the first item each run persisted to
+  them (an output is traced through the runs that wrote into its
   session);
 - the ``run_state`` entries of any other run whose states bundled entries name, every
   ``call`` entry a bundled entry ``refs``, and the ``redaction`` entries of the payloads
@@ -168,8 +169,11 @@ def select_entries(records: Records, selection: Selection) -> list[tuple[int, by
     runs: set[str] = set()
     sessions: set[str] = set()
     call_ids: set[str] = set()
+    item_sessions: dict[str, set[str]] = {}  # call id -> sessions holding an item of it
     for _seq, _data, entry in decoded(_needles([selection.call_id or selection.run_id or ""])):
         body = entry.body
+        if entry.kind == "session_item" and isinstance(body.get("call_id"), str):
+            item_sessions.setdefault(body["call_id"], set()).add(body["session_id"])
         if selection.matches(body):
             runs.add(body["run_id"])
             if isinstance(body.get("session_id"), str):
@@ -180,6 +184,8 @@ def select_entries(records: Records, selection: Selection) -> list[tuple[int, by
                 call_ids.add(pending["call_id"])
     if not runs:
         raise UsageError(f"no entry belongs to {selection.describe()}")
+    for call_id in call_ids:  # another run's item of one of these calls: its session too
+        sessions |= item_sessions.get(call_id, set())
 
     # Pass 2: the selection and its context (see the module docstring).
     chosen: dict[int, tuple[bytes, Entry]] = {}
