@@ -50,6 +50,11 @@ def _print(doc: dict[str, Any], as_json: bool) -> None:
         _print_fields(doc)
 
 
+PemOpt = Annotated[bool, typer.Option(
+    "--pem", help="Print the public key as PEM (SubjectPublicKeyInfo) instead: for "
+                  "securesystemslib, cosign or openssl, which check proof bundles too.")]
+
+
 def keygen_command(
     origin: Annotated[
         str,
@@ -61,6 +66,7 @@ def keygen_command(
         Path,
         typer.Option("--out", metavar="PATH", help="New file for the private key (mode 0600)."),
     ],
+    pem: PemOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Create an Ed25519 key; write its verifier key (C2SP signed-note) beside it and print it.
@@ -72,12 +78,13 @@ def keygen_command(
     A ledger's checkpoint key (its name is the origin), or an approver's key for signed
     approvals (its name is the approver's, as the policy's `[keys]` names it).
     """
-    vkey = el.SigningKey.generate(out, origin).verifier_key
+    made = el.SigningKey.generate(out, origin)
     if as_json:
-        output.print_json({"verifier_key": vkey, "key_file": str(out),
-                           "verifier_key_file": str(el.SigningKey.verifier_key_path(out))})
+        output.print_json({"verifier_key": made.verifier_key, "key_file": str(out),
+                           "verifier_key_file": str(el.SigningKey.verifier_key_path(out)),
+                           "public_key_pem": made.public_key_pem})
     else:
-        typer.echo(vkey)
+        typer.echo(made.public_key_pem.rstrip("\n") if pem else made.verifier_key)
 
 
 def pubkey_command(
@@ -85,6 +92,7 @@ def pubkey_command(
         Path, typer.Argument(metavar="KEY", help="Private key file (keygen's).",
                              show_default=False)
     ],
+    pem: PemOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Print the verifier key (C2SP signed-note) of a private key file.
@@ -95,9 +103,9 @@ def pubkey_command(
     signing = el.SigningKey.load(key)
     if as_json:
         output.print_json({"verifier_key": signing.verifier_key, "name": signing.name,
-                           "key_file": str(key)})
+                           "key_file": str(key), "public_key_pem": signing.public_key_pem})
     else:
-        typer.echo(signing.verifier_key)
+        typer.echo(signing.public_key_pem.rstrip("\n") if pem else signing.verifier_key)
 
 
 def checkpoint_command(

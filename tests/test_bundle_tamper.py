@@ -293,7 +293,7 @@ CASES = [
     Case("envelope-payload-type-changed", envelope_payload_type, False, SIG),
     Case("envelope-signature-dropped", envelope_signature_dropped, False,
          "envelope.signatures: has 0 signatures"),
-    Case("swapped-key", swapped_key, False, SIG + ": signed by other.example/log+"),
+    Case("swapped-key", swapped_key, False, SIG + ": signed by a key with key id "),
     Case("envelope-by-other-key", envelope_by_other_key, False, SIG),
     Case("entry-dropped", entry_dropped_call, False, SIG),
     Case("call-entry-dropped-resigned", entry_dropped_call, True, "names no bundled call entry"),
@@ -378,7 +378,8 @@ def test_a_bundle_checked_with_another_key_is_not_authentic(signed, tmp_path):
     result = run_cli("verify-proof", str(path), "--verifier-key", other.verifier.vkey)
     assert result.code == 1
     assert result.err.startswith("evidence-ledger: error: bundle not authentic: envelope "
-                                 "signature: signed by ledger.example/tamper+")
+                                 "signature: signed by a key with key id ")
+    assert f"not by the given key ({other.verifier.vkey})" in result.err
 
 
 def _resigned(signed: tuple[bytes, Signer, str, Signer], statement: Doc) -> bytes:

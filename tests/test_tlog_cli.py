@@ -16,6 +16,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from evidence_ledger.record.writer import EvidenceWriter
@@ -140,7 +141,8 @@ def test_pubkey_prints_the_verifier_key_of_a_key_file(key):
     assert result.code == 0 and result.out == vkey + "\n"
     assert result.out == path.with_name("log.vkey").read_text()
     doc = json.loads(run_cli("pubkey", str(path), "--json").out)
-    assert doc == {"verifier_key": vkey, "name": ORIGIN, "key_file": str(path)}
+    assert doc == {"verifier_key": vkey, "name": ORIGIN, "key_file": str(path),
+                   "public_key_pem": run_cli("pubkey", str(path), "--pem").out}
 
 
 def test_pubkey_of_a_file_that_is_not_a_private_key_is_bad_usage(key, tmp_path):
@@ -347,3 +349,24 @@ def test_the_commands_that_print_data_take_json(tmp_path):
     redacted = json.loads(run_cli("redact", "--ledger", str(book), "--digest",
                                   f"sha256:{digest}", "--reason", "test", "--json").out)
     assert redacted["appended"] and redacted["erased"]
+
+
+def test_keygen_and_pubkey_print_the_public_key_as_pem(tmp_path):
+    key = tmp_path / "l.key"
+    made = run_cli("keygen", "--origin", "example.com/log", "--out", str(key), "--pem")
+    assert made.code == 0 and made.out.startswith("-----BEGIN PUBLIC KEY-----\n")
+    assert run_cli("pubkey", str(key), "--pem").out == made.out
+    as_json = json.loads(run_cli("pubkey", str(key), "--json").out)
+    assert as_json["public_key_pem"] == made.out
+    raw = serialization.load_pem_public_key(made.out.encode()).public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    assert base64.b64decode(as_json["verifier_key"].split("+", 2)[2]) == b"\x01" + raw
+
+
+def test_pubkey_of_a_verifier_key_file_says_it_is_public(tmp_path):
+    key = tmp_path / "l.key"
+    assert run_cli("keygen", "--origin", "example.com/log", "--out", str(key)).code == 0
+    result = run_cli("pubkey", str(tmp_path / "l.vkey"))
+    assert result.code == 2 and result.err == (
+        f"evidence-ledger: error: {tmp_path}/l.vkey is not a private key file (a private key "
+        "starts with PRIVATE+KEY+; a verifier key is public)\n")

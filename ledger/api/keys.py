@@ -15,6 +15,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
 from evidence_ledger.storage.keys import (
     check_new_key_path,
     keygen,
@@ -77,6 +80,13 @@ class SigningKey:
         ``ledger.key`` -> ``ledger.vkey``; a name not ending in ``.key`` gets ``.vkey``
         added (``ledger`` -> ``ledger.vkey``)."""
         return verifier_key_path(path)
+
+    @property
+    def public_key_pem(self) -> str:
+        """The Ed25519 public key as PEM (SubjectPublicKeyInfo, RFC 8410), for tools that
+        take one (securesystemslib, cosign, openssl)."""
+        key = Ed25519PublicKey.from_public_bytes(self._signer.verifier.public_key)
+        return key.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode("ascii")
 
     @property
     def signer(self) -> Signer:

@@ -8,7 +8,7 @@ describes all three layers. Abbreviated::
 
     envelope   {"payloadType": "application/vnd.in-toto+json",
                 "payload": base64(statement JSON),
-                "signatures": [{"keyid": "<C2SP verifier key>", "sig": base64(Ed25519)}]}
+                "signatures": [{"keyid": str (optional), "sig": base64(Ed25519)}, ...]}
     statement  {"_type": "https://in-toto.io/Statement/v1",
                 "subject": [{"name": "entry/<seq>", "digest": {"sha256": "<hex>"}}, ...],
                 "predicateType": "https://evidence-ledger.dev/bundle/v1",
@@ -34,8 +34,9 @@ the root recomputed from all N leaves must equal the checkpoint's.
 :func:`verify_bundle` checks, in order, and stops at the first failure:
 
 1. the file is JSON within the limits, the envelope well-formed;
-2. the DSSE signature over PAE(payloadType, payload) by one of the given keys
-   (securesystemslib ``Envelope.verify``), and the payload type;
+2. the DSSE signature over PAE(payloadType, payload) by one of the given keys, whatever
+   the signatures' ``keyid`` hints say (:func:`evidence_ledger.tlog.dsse.check_envelope`),
+   and the payload type;
 3. the statement and predicate are well-formed;
 4. the checkpoint is signed by the same key (c2sp.org/signed-note), its origin the key name;
 5. per entry: the subject digest is SHA-256 of the entry bytes, the inclusion proof leads
@@ -288,11 +289,13 @@ def _loads(data: bytes, what: str) -> Any:
         raise BundleFormatError(what, f"not JSON ({str(exc)[:80]})") from exc
 
 
-def _obj(value: Any, what: str, keys: frozenset[str]) -> dict[str, Any]:
+def _obj(value: Any, what: str, keys: frozenset[str],
+         optional: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``value`` as an object holding exactly ``keys`` and any of ``optional``."""
     if type(value) is not dict:
         _fail(what, f"is {_type_name(value)}, want an object")
-    if value.keys() != keys:
-        missing, extra = sorted(keys - value.keys()), sorted(value.keys() - keys)
+    if not keys <= value.keys() <= keys | optional:
+        missing, extra = sorted(keys - value.keys()), sorted(value.keys() - keys - optional)
         detail = "; ".join(
             part for part in (
                 f"missing {', '.join(missing)}" if missing else "",
@@ -619,12 +622,10 @@ def _envelope(data: bytes) -> Envelope:
     signatures: dict[str, Signature] = {}
     for i, raw in enumerate(sigs):
         what = f"envelope.signatures[{i}]"
-        sig = _obj(raw, what, frozenset({"keyid", "sig"}))
-        keyid = _str(sig["keyid"], f"{what}.keyid")
+        sig = _obj(raw, what, frozenset({"sig"}), optional=frozenset({"keyid"}))
+        keyid = _str(sig.get("keyid", ""), f"{what}.keyid")  # a hint (DSSE): may be left out
         value = _b64(sig["sig"], f"{what}.sig")
-        if keyid in signatures:
-            _fail(what, f"a second signature with keyid {keyid[:60]!r}")
-        signatures[keyid] = Signature(keyid, value.hex())
+        signatures[str(i)] = Signature(keyid, value.hex())  # key ids may repeat (empty)
     return Envelope(payload, payload_type, signatures)
 
 

@@ -163,6 +163,10 @@ def _write_new(path: Path, data: bytes, *, private: bool) -> None:
                 os.unlink(path)
 
 
+PRIVATE_PREFIX = b"PRIVATE+KEY+"
+"""How a private key file starts (c2sp.org/signed-note, Go ``note.NewSigner``)."""
+
+
 def load_signer(path: str | os.PathLike[str]) -> Signer:
     """Load a private key written by :func:`keygen` (or Go ``note.GenerateKey``).
 
@@ -185,13 +189,16 @@ def load_signer(path: str | os.PathLike[str]) -> Signer:
         if not stat.S_ISREG(st.st_mode):
             raise UsageError(f"key file {path} is not a regular file")
         mode = stat.S_IMODE(st.st_mode)
+        if st.st_size > MAX_KEY_FILE:
+            raise UsageError(f"key file {path} is {st.st_size} bytes; not a private key")
+        raw = os.read(fd, MAX_KEY_FILE + 1)
+        if mode & 0o077 and not raw.startswith(PRIVATE_PREFIX):  # e.g. the .vkey beside it
+            raise UsageError(f"{path} is not a private key file (a private key starts with "
+                             f"{PRIVATE_PREFIX.decode()}; a verifier key is public)")
         if mode & 0o077:
             raise UsageError(
                 f"key file {path} has mode {mode:04o}, readable by others; run chmod 600 {path}"
             )
-        if st.st_size > MAX_KEY_FILE:
-            raise UsageError(f"key file {path} is {st.st_size} bytes; not a private key")
-        raw = os.read(fd, MAX_KEY_FILE + 1)
     except OSError as exc:
         raise UsageError(f"cannot read key file {path}: {exc.strerror}") from exc
     finally:

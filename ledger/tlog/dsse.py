@@ -5,13 +5,27 @@ Ed25519 key as its checkpoints (:mod:`evidence_ledger.tlog.note`). An envelope i
 
     {"payload": base64(payload bytes),
      "payloadType": "<media type>",
-     "signatures": [{"keyid": "<C2SP verifier key>", "sig": base64(64-byte Ed25519)}]}
+     "signatures": [{"keyid": "<securesystemslib default key id>", "sig": base64(Ed25519)},
+                    {"keyid": "", "sig": base64(Ed25519)}]}
 
-Each signature is Ed25519 (RFC 8032) over the DSSE pre-authentication encoding
-``PAE(payloadType, payload)`` (securesystemslib ``Envelope.sign`` / ``verify``); its keyid
-is the signer's verifier key string, ``name+hex8(keyid)+base64(0x01 || public key)``. An
-envelope file is the envelope as JSON indented by two spaces, ending in a newline
-(:func:`encode_envelope`).
+The signature is Ed25519 (RFC 8032) over the DSSE pre-authentication encoding
+``PAE(payloadType, payload)``, carried twice, because DSSE makes ``keyid`` an optional,
+unauthenticated hint and verifiers read it differently:
+
+- with the key id securesystemslib computes for the public key (:func:`default_keyid`:
+  SHA-256 of the canonical JSON of ``{"keytype": "ed25519", "scheme": "ed25519",
+  "keyval": {"public": hex}}``), which stock securesystemslib and in-toto need: they try
+  only the signature whose keyid equals that of the key they were given
+  (``SSlibKey.from_crypto(public_key)``);
+- with an empty key id, which go-securesystemslib (and so cosign) tries with every key it
+  has: it skips a signature whose non-empty key id differs from the one it computes (which
+  also covers ``keyid_hash_algorithms``, so it differs).
+
+This module's verifier (:func:`check_envelope`) reads neither: it tries every given key on
+every signature, so an envelope whose ``keyid`` is empty or missing (as DSSE allows)
+verifies too. Bundles written before this layout (one signature, keyid the C2SP verifier
+key string) still verify. An envelope file is the envelope as JSON indented by two spaces,
+ending in a newline (:func:`encode_envelope`).
 
 The payload the ledger signs is an in-toto Statement v1 (:func:`in_toto_statement`), of
 type :data:`PAYLOAD_TYPE`.
@@ -27,12 +41,12 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from securesystemslib import exceptions as sslib_exceptions
 from securesystemslib.dsse import Envelope
-from securesystemslib.signer import Key, SecretsHandler, Signature, SSlibKey
-from securesystemslib.signer import Signer as DsseSigner
+from securesystemslib.signer import Signature, SSlibKey
 
-from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.format.errors import EvidenceError
 from evidence_ledger.tlog.note import Signer, Verifier
 
 __all__ = [
@@ -40,8 +54,8 @@ __all__ = [
     "STATEMENT_TYPE",
     "EnvelopeFormatError",
     "EnvelopeSignatureError",
-    "NoteKeySigner",
     "check_envelope",
+    "default_keyid",
     "dsse_key",
     "encode_envelope",
     "in_toto_statement",
@@ -70,37 +84,15 @@ class EnvelopeSignatureError(EvidenceError):
 
 
 def dsse_key(verifier: Verifier) -> SSlibKey:
-    """The securesystemslib Ed25519 key for a C2SP verifier key.
-
-    Its ``keyid`` is the verifier key string (``name+hex8(keyid)+base64(0x01 || key)``),
-    the keyid an envelope's signature carries.
-    """
-    return SSlibKey(
-        keyid=verifier.vkey, keytype="ed25519", scheme="ed25519",
-        keyval={"public": verifier.public_key.hex()},
-    )
+    """The securesystemslib Ed25519 key of a C2SP verifier key, built the standard way
+    (``SSlibKey.from_crypto``), so with securesystemslib's default key id."""
+    return SSlibKey.from_crypto(Ed25519PublicKey.from_public_bytes(verifier.public_key))
 
 
-class NoteKeySigner(DsseSigner):
-    """A securesystemslib signer over a C2SP note key (Ed25519, RFC 8032); its
-    signatures' keyid is the verifier key string (:func:`dsse_key`)."""
-
-    def __init__(self, signer: Signer) -> None:
-        self._signer = signer
-        self._key = dsse_key(signer.verifier)
-
-    @property
-    def public_key(self) -> Key:
-        return self._key
-
-    def sign(self, payload: bytes) -> Signature:
-        return Signature(self._key.keyid, self._signer.sign(payload).hex())
-
-    @classmethod
-    def from_priv_key_uri(
-        cls, priv_key_uri: str, public_key: Key, secrets_handler: SecretsHandler | None = None
-    ) -> NoteKeySigner:
-        raise UsageError("a ledger key is loaded from its key file, not from a URI")
+def default_keyid(verifier: Verifier) -> str:
+    """The key id securesystemslib gives the public key of ``verifier`` by default: 64 hex
+    digits of SHA-256 over the canonical JSON of its key object."""
+    return dsse_key(verifier).keyid
 
 
 def in_toto_statement(
@@ -142,35 +134,62 @@ def sign_envelope(payload: bytes, signer: Signer, payload_type: str) -> bytes:
         The envelope file (:func:`encode_envelope`).
     """
     envelope = Envelope(payload, payload_type, {})
-    envelope.sign(NoteKeySigner(signer))
+    sig = signer.sign(envelope.pae()).hex()
+    keyid = default_keyid(signer.verifier)
+    envelope.signatures = {keyid: Signature(keyid, sig), "": Signature("", sig)}
     return encode_envelope(envelope)
 
 
 def check_envelope(envelope: Envelope, verifiers: Sequence[Verifier]) -> set[str]:
-    """Verify the envelope's signatures with ``verifiers`` (securesystemslib, threshold 1).
+    """Verify the envelope's signatures with ``verifiers``, over the DSSE PAE. A ``keyid``
+    is a hint (DSSE v1.0): a signature is tried with every given key whatever it says, and
+    one whose keyid is empty, missing, or names a given key (its default key id or its C2SP
+    verifier key string) must verify with one of them, so that no byte of a signature the
+    ledger wrote can change unnoticed; a signature that names another key is another
+    signer's, and is left alone unless a given key verifies it. Threshold 1.
 
     Returns:
-        The verifier key strings whose signature verified.
+        The verifier key strings (C2SP) whose signature verified.
 
     Raises:
-        EnvelopeSignatureError: if no given key signed it validly (the detail says whether
-            the given key's signature failed or another key signed).
+        EnvelopeSignatureError: if no given key signed it validly, or a signature that
+            names a given key (or none) does not verify (the detail says which).
     """
-    keys: list[Key] = [dsse_key(v) for v in verifiers]
+    pae = envelope.pae()
+    keys = [(verifier, dsse_key(verifier)) for verifier in verifiers]
+    given = ", ".join(v.vkey for v in verifiers)
+    accepted: set[str] = set()
+    failed: list[str] = []  # signatures that claim a given key (or any) and do not verify
+    named = False  # one of them names a given key
+    for signature in envelope.signatures.values():
+        keyid = str(signature.keyid)
+        good = {verifier.vkey for verifier, key in keys if _verifies(key, signature, pae)}
+        names = any(keyid in (key.keyid, verifier.vkey) for verifier, key in keys)
+        if not good and (names or keyid == ""):
+            failed.append(_cut(keyid) or "(empty)")
+            named = named or names
+        accepted |= good
+    if not accepted and named:
+        raise EnvelopeSignatureError(
+            "the signature by the given key does not verify over the DSSE PAE")
+    if not accepted:
+        hints = sorted({_cut(str(s.keyid)) for s in envelope.signatures.values()} - {""})
+        by = f"a key with key id {', '.join(hints)}" if hints else "another key"
+        raise EnvelopeSignatureError(f"signed by {by}, not by the given key ({given})")
+    if failed:
+        raise EnvelopeSignatureError(
+            f"the signature with keyid {failed[0]} does not verify with the given key "
+            f"({given}), though another does: the envelope was changed")
+    return accepted
+
+
+def _verifies(key: SSlibKey, signature: Signature, pae: bytes) -> bool:
     try:
-        accepted = envelope.verify(keys, 1)
-    except (sslib_exceptions.VerificationError, ValueError) as exc:
-        given = {k.keyid for k in keys}
-        signed = sorted(str(keyid) for keyid in envelope.signatures)
-        if given.intersection(signed):
-            detail = "the signature by the given key does not verify over the DSSE PAE"
-        else:
-            detail = (
-                f"signed by {', '.join(_cut(s) for s in signed)}, not by the given key "
-                f"({', '.join(sorted(given))})"
-            )
-        raise EnvelopeSignatureError(detail) from exc
-    return set(accepted)
+        key.verify_signature(Signature(key.keyid, signature.signature), pae)
+    except (sslib_exceptions.UnverifiedSignatureError, sslib_exceptions.VerificationError,
+            ValueError):
+        return False
+    return True
 
 
 def _cut(text: str, most: int = 200) -> str:

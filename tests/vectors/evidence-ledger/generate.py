@@ -603,17 +603,24 @@ def _bundles(ledger: Ledger) -> Iterator[tuple[str, bytes | dict[str, Any]]]:
         payloads[first] = _b64(b"not the payload")
 
     call, run2 = made["call-call_1"], made["run-run_2"]
-    sig_flipped = json.loads(call)
+    sig_flipped, copy_flipped = json.loads(call), json.loads(call)
     raw = bytearray(base64.b64decode(sig_flipped["signatures"][0]["sig"]))
     raw[0] ^= 0x01
-    sig_flipped["signatures"][0]["sig"] = _b64(bytes(raw))
+    for signature in sig_flipped["signatures"]:  # the one signature, under both key ids
+        signature["sig"] = _b64(bytes(raw))
+    copy_flipped["signatures"][1]["sig"] = _b64(bytes(raw))
     resigned = "the statement signed again by the ledger key"
     negatives: list[tuple[str, str, str, bytes, Signer, str]] = [
         ("other-key", "call-call_1", "The call bundle verified with another key of the same "
          "name (keys/other.json).", call, OTHER_KEY, "not by the given key"),
-        ("modified-signature-bit", "call-call_1", "One bit of the DSSE signature flipped.",
+        ("modified-signature-bit", "call-call_1", "One bit of the DSSE signature flipped "
+         "(in both its copies: under securesystemslib's key id and under none).",
          (json.dumps(sig_flipped, indent=2) + "\n").encode(), LEDGER_KEY,
          "does not verify over the DSSE PAE"),
+        ("modified-signature-copy-bit", "call-call_1", "One bit flipped in the copy of the "
+         "DSSE signature under an empty key id only: the other copy still verifies.",
+         (json.dumps(copy_flipped, indent=2) + "\n").encode(), LEDGER_KEY,
+         "the envelope was changed"),
         ("resigned-proof-bit-flip", "call-call_1", "One bit of the first entry's first proof "
          f"hash flipped, {resigned}.", _resign(call, flip_proof), LEDGER_KEY, "root mismatch"),
         ("resigned-entry-bit-flip", "call-call_1", "The last bit of the first entry's bytes "
