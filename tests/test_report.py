@@ -516,3 +516,15 @@ def test_the_api_reports_a_ledger(demo, tmp_path):
     assert written.size == (tmp_path / "r.html").stat().st_size
     with pytest.raises(TypeError, match="call_id is a str"):
         demo.ledger.report(tmp_path / "x.html", call_id=7)  # type: ignore[arg-type]
+
+
+def test_context_calls_of_a_call_bundle_say_they_lie_outside_the_selection(demo, tmp_path):
+    # a trial user read "no call entry" on spans whose call entry was right below it
+    bundle = tmp_path / "refund.json"
+    assert run_cli("prove", "--ledger", str(demo.ledger.directory), "--key", str(demo.key.path),
+                   "--call-id", "c-refund-1", "--out", str(bundle)).code == 0
+    out = tmp_path / "b.html"
+    assert run_cli("report", "--bundle", str(bundle), "--verifier-key",
+                   demo.key.verifier_key, "--out", str(out)).code == 0
+    page = out.read_text()
+    assert "outside the selection" in page and "no call entry" not in page

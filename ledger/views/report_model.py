@@ -257,6 +257,12 @@ class CallSpan:
         return max(step.entry.time for step in self.steps)
 
     @property
+    def recorded(self) -> bool:
+        """Whether its ``call`` entry is among its steps (a span without a chain but with
+        one is context outside the selection, e.g. of a bundle)."""
+        return any(step.entry.kind == "call" for step in self.steps)
+
+    @property
     def violated(self) -> bool:
         """Whether any violation is shown in it."""
         return bool(self.flags) or any(step.flags for step in self.steps)
