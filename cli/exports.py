@@ -27,10 +27,15 @@ class ExportFormat(StrEnum):
     parquet = "parquet"
     csv = "csv"
     jsonl = "jsonl"
+    otlp_json = "otlp-json"
 
 
 def export(
-    format: Annotated[ExportFormat, typer.Option("--format", help="File format.")],
+    format: Annotated[
+        ExportFormat,
+        typer.Option("--format", help="File format: parquet, csv or jsonl (a file per view), "
+                                      "or otlp-json (the calls as OpenTelemetry traces)."),
+    ],
     out: Annotated[Path, typer.Option("--out", help="New (or empty) output directory.")],
     key: Annotated[
         Path,
@@ -47,10 +52,12 @@ def export(
     index: IndexOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Export every view, one file each, with what checks them without the ledger: the
-    log's entries up to the index's tree size (entries.bin), a checkpoint of that tree head
-    signed by KEY (checkpoint.note), and manifest.json (every file's SHA-256), signed by
-    KEY (manifest.dsse.json). Check it anywhere with verify-export."""
+    """Export every view, one file each (or, as otlp-json, the calls as OpenTelemetry GenAI
+    execute_tool spans, one trace per run, in traces.otlp.jsonl), with what checks them
+    without the ledger: the log's entries up to the index's tree size (entries.bin), a
+    checkpoint of that tree head signed by KEY (checkpoint.note), and manifest.json (every
+    file's SHA-256), signed by KEY (manifest.dsse.json). Check it anywhere with
+    verify-export."""
     book = open_ledger(ledger)
     signing = el.SigningKey.load(key)
     with output.ProgressBar("exporting") as bar:
@@ -61,9 +68,11 @@ def export(
         output.print_json({"out": str(out), "signed_by": signing.verifier_key, **manifest})
         return
     rows = sum(f.get("rows", 0) for f in manifest["files"])
+    spans = sum(f.get("spans", 0) for f in manifest["files"])
+    held = f"{spans} spans" if format is ExportFormat.otlp_json else f"{rows} rows"
     output.stdout.print(
-        f"exported {len(manifest['files'])} files ({manifest['tree_size']} entries, {rows} "
-        f"rows) to {out} at tree size {manifest['tree_size']}, root hash "
+        f"exported {len(manifest['files'])} files ({manifest['tree_size']} entries, {held}) "
+        f"to {out} at tree size {manifest['tree_size']}, root hash "
         f"{manifest['root_hash']}, signed by {signing.verifier_key}",
         highlight=False, markup=False,
     )

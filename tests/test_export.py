@@ -24,8 +24,9 @@ from evidence_ledger.format.framing import Record, frame, scan_bytes
 from evidence_ledger.format.times import parse_time
 from evidence_ledger.index import build as index_mod
 from evidence_ledger.index.db import VIEWS
-from evidence_ledger.index.export import OTEL_NAMES, export_ledger, export_statement
+from evidence_ledger.index.export import export_ledger, export_statement
 from evidence_ledger.index.export_check import verify_export as check_export
+from evidence_ledger.index.otlp import OTEL_NAMES
 from evidence_ledger.index.query import connect_read_only
 from evidence_ledger.record.ingest import ingest_file
 from evidence_ledger.record.writer import EvidenceWriter

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.release_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".cache" / "install-venvs"
-OPTIONAL = ("openai-agents", "duckdb", "pyarrow")
+OPTIONAL = ("openai-agents", "duckdb", "pyarrow", "opentelemetry-semantic-conventions")
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ import evidence_ledger as el
 from .helpers import ingest, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
-OPTIONAL = ("agents", "duckdb", "pyarrow")
+OPTIONAL = ("agents", "duckdb", "pyarrow", "opentelemetry")
 
 # Run in a fresh interpreter: the optional packages cannot be imported, then the CLI runs
 # with sys.argv[1:]; prints which optional modules got loaded, then the exit code.
@@ -131,7 +131,7 @@ def test_query_list_without_the_extras(tmp_path: Path):
     (("export", "--format", "csv", "--out", "exported", "--key", "signing.key"), "query",
      "export", "duckdb"),
     (("verify-export", "exported", "--verifier-key", "{vkey}"), "query", "verify-export",
-     "pyarrow"),
+     "duckdb"),
 ])
 def test_a_command_whose_extra_is_missing_names_it(evidence, args, extra, what, first_missing):
     ledger = () if args[0] in ("demo", "verify-export") else ("--ledger", str(evidence["ledger"]))
@@ -140,7 +140,7 @@ def test_a_command_whose_extra_is_missing_names_it(evidence, args, extra, what, 
     assert done.stdout == ""
     first, last = done.stderr.splitlines()
     packages = ("'openai-agents<0.25,>=0.20.0'" if extra == "agents"
-                else "'duckdb>=1.1' 'pyarrow>=15'")
+                else "'duckdb>=1.1' 'pyarrow>=15' 'opentelemetry-semantic-conventions==0.66b2'")
     assert first == (f"evidence-ledger: error: {what} needs the '{extra}' extra "
                      f"({first_missing} is not installed): "
                      f"pip install {packages} (or install this project with [{extra}])")

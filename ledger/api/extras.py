@@ -21,7 +21,8 @@ __all__ = ["EXTRAS", "MissingExtraError", "load", "missing"]
 
 EXTRAS = {
     "agents": {"agents": "openai-agents"},
-    "query": {"duckdb": "duckdb", "pyarrow": "pyarrow"},
+    "query": {"duckdb": "duckdb", "pyarrow": "pyarrow",
+              "opentelemetry": "opentelemetry-semantic-conventions"},
 }
 """Extra name -> the top-level modules it installs -> the package that installs each."""
 

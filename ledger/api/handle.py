@@ -388,7 +388,8 @@ class Ledger:
         index: Source | None = None,
         progress: Progress | None = None,
     ) -> dict[str, Any]:
-        """Export every view of the index (``parquet``, ``csv`` or ``jsonl``) into the new
+        """Export every view of the index (``parquet``, ``csv`` or ``jsonl``), or its calls
+        as OpenTelemetry traces (``otlp-json``: ``traces.otlp.jsonl``), into the new
         or empty directory ``out``, with the log's entries up to the index's tree size, a
         checkpoint of that tree head signed by ``key`` (not stored in ``checkpoints/``),
         and ``manifest.json`` listing every file's SHA-256, signed by ``key`` in
@@ -403,7 +404,7 @@ class Ledger:
                 ns since the epoch).
 
         Returns:
-            The manifest (tree size, root hash, each file's name, rows or entries, and
+            The manifest (tree size, root hash, each file's name, rows, entries or spans, and
             SHA-256).
 
         Raises:

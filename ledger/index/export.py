@@ -10,12 +10,15 @@ An export directory holds, for a tree size N (the entries the index stood at)::
     checkpoint.note      a c2sp.org/tlog-checkpoint at tree size N in a signed note, signed
                          by the same key (not stored in the ledger's checkpoints/)
     <view>.<ext>         one file per view of :data:`evidence_ledger.index.db.VIEWS`
+                         (formats parquet, csv, jsonl), or
+    traces.otlp.jsonl    (format otlp-json) the calls as OpenTelemetry traces
+                         (:mod:`evidence_ledger.index.otlp`)
 
 ``manifest.json`` (JSON, indented)::
 
     {
       "export_format_version": 2,
-      "format": "parquet" | "csv" | "jsonl",
+      "format": "parquet" | "csv" | "jsonl" | "otlp-json",
       "tree_size": N,                     entries the export was taken at
       "root_hash": "<base64>",            RFC 9162 root over entries [0, N) (as verify --json)
       "since_ns": int | null,             rows whose time column t has since <= t < until
@@ -25,6 +28,10 @@ An export directory holds, for a tree size N (the entries the index stood at)::
                 {"name": "calls.parquet", "view": "calls", "rows": k,
                  "sha256": "sha256:<hex>"}, ...]
     }
+
+where an ``otlp-json`` export lists, instead of the views' files,
+``{"name": "traces.otlp.jsonl", "traces": runs, "spans": calls, "sha256": ...}`` (its
+spans are those of the calls in the time range, each with all its events).
 
 ``manifest.dsse.json`` is a DSSE envelope (:mod:`evidence_ledger.tlog.dsse`: Ed25519 over
 the DSSE PAE, keyid the C2SP verifier key string, JSON indented by two spaces) of payload
@@ -43,7 +50,8 @@ from which every view's rows are derived again.
 Formats: Parquet (the Arrow schema of each view), CSV (header row, RFC 4180 quoting: every
 string quoted, null empty and unquoted; lists as JSON arrays; times as
 ``YYYY-MM-DD HH:MM:SS.ffffffZ``), JSON Lines (one object a row; OpenTelemetry GenAI names
-for ``call_id``, ``tool``, ``agent``; times ISO 8601 with ``Z``).
+for the columns that have one, :data:`~evidence_ledger.index.otlp.OTEL_NAMES`; times ISO
+8601 with ``Z``), OTLP/JSON traces (:mod:`evidence_ledger.index.otlp`).
 
 :mod:`evidence_ledger.index.export_check` verifies an export without the ledger.
 """
@@ -69,6 +77,7 @@ from evidence_ledger.format.errors import EvidenceError, StorageError, UsageErro
 from evidence_ledger.format.framing import Record, frame
 from evidence_ledger.index.build import Progress, update_index
 from evidence_ledger.index.db import VIEWS, View
+from evidence_ledger.index.otlp import OTEL_NAMES, TRACES, write_traces
 from evidence_ledger.index.query import connect_read_only, raise_if_damaged, rebuilt_if_damaged
 from evidence_ledger.record.checkpointing import sign_tree_head
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -83,10 +92,12 @@ __all__ = [
     "EXPORT_FORMAT_VERSION",
     "FORMATS",
     "MANIFEST",
-    "OTEL_NAMES",
+    "OTLP_JSON",
     "PREDICATE_TYPE",
     "SIGNATURE",
+    "TABLE_FORMATS",
     "HashingFile",
+    "data_files",
     "export_ledger",
     "export_statement",
     "file_sha256",
@@ -100,14 +111,19 @@ SIGNATURE = "manifest.dsse.json"
 ENTRIES = "entries.bin"
 CHECKPOINT = "checkpoint.note"
 PREDICATE_TYPE = "https://evidence-ledger.dev/export/v1"
-FORMATS = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
-"""Export format -> file extension."""
-OTEL_NAMES = {
-    "call_id": "gen_ai.tool.call.id",
-    "tool": "gen_ai.tool.name",
-    "agent": "gen_ai.agent.name",
-}
-"""Column -> OpenTelemetry GenAI attribute name (used as the key in JSON Lines)."""
+TABLE_FORMATS = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
+"""Export format that writes a file per view -> the files' extension."""
+OTLP_JSON = "otlp-json"
+"""The export format that writes the calls as traces (:data:`TRACES`)."""
+FORMATS = (*TABLE_FORMATS, OTLP_JSON)
+"""Every export format."""
+
+
+def data_files(fmt: str) -> list[str]:
+    """The files an export in ``fmt`` holds besides the carried ones and the manifest."""
+    if fmt == OTLP_JSON:
+        return [TRACES]
+    return [f"{view}.{TABLE_FORMATS[fmt]}" for view in VIEWS]
 
 
 def export_statement(manifest: bytes, tree_size: int, root_hash: str) -> bytes:
@@ -228,22 +244,42 @@ class HashingFile:
         self.closed = True
 
 
-def _write(table: pa.Table, fmt: str, path: Path) -> str:
-    """Write ``table`` to ``path`` in ``fmt``; return ``sha256:<hex>`` of the file.
+def _write(path: Path, write: Callable[[HashingFile], Any]) -> tuple[str, Any]:
+    """Create ``path`` and ``write(sink)`` into it; return its ``sha256:<hex>`` and what
+    ``write`` returned.
 
     Raises:
         StorageError: if the file cannot be written.
     """
     try:
-        if fmt == "parquet":
-            pq.write_table(table, path)
-            return file_sha256(path)
         with open(path, "wb") as fh:
             sink = HashingFile(out=fh)
-            write_rows(table, fmt, sink)
+            result = write(sink)
     except OSError as exc:
         raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    return "sha256:" + sink.sha256.hexdigest()
+    return "sha256:" + sink.sha256.hexdigest(), result
+
+
+def _write_table(table: pa.Table, fmt: str, path: Path) -> str:
+    """Write ``table`` to ``path`` in ``fmt``; return ``sha256:<hex>`` of the file.
+
+    Raises:
+        StorageError: if the file cannot be written.
+    """
+    if fmt == "parquet":
+        try:
+            pq.write_table(table, path)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        return file_sha256(path)
+    return _write(path, lambda sink: write_rows(table, fmt, sink))[0]
+
+
+def _view_table(con: duckdb.DuckDBPyConnection, view: View) -> pa.Table:
+    """Every row of ``view`` in ``con`` (an index), in its order, with its Arrow schema.
+    Raises duckdb.Error."""
+    return con.sql(f"SELECT * FROM {view.name} ORDER BY {view.order}").to_arrow_table().cast(
+        view.schema)
 
 
 def file_sha256(path: Path) -> str:
@@ -276,14 +312,15 @@ def export_ledger(
     Args:
         ledger: the ledger.
         out: a directory that does not exist yet or is empty.
-        fmt: ``parquet``, ``csv`` or ``jsonl``.
+        fmt: ``parquet``, ``csv``, ``jsonl`` (a file per view) or ``otlp-json`` (the
+            calls as traces).
         signer: the ledger's checkpoint key (its name must be the origin of the stored
             checkpoints); it signs the checkpoint and the manifest.
         since, until: keep rows whose time column lies in ``[since, until)`` (ns, UTC).
         index: the index file (default: the ledger's index in the user's cache,
             :mod:`evidence_ledger.index.location`).
         progress: called as ``progress(tree_size, files_written, files_total)`` after
-            each view's file (the index update before it reports nothing; call
+            each view's (or the traces') file (the index update before it reports nothing; call
             :func:`evidence_ledger.index.build.update_index` first to follow it).
 
     Returns:
@@ -380,15 +417,15 @@ def _export_views(
     progress: Progress | None,
 ) -> tuple[bytes, Checkpoint, list[dict[str, Any]]]:
     """Sign the tree head the index brought up to date stands at, once the log is found to
-    have that root, and write every view to ``target``; return the signed checkpoint, its
-    tree head and the manifest's list of the views' files. Writing again (after a rebuild)
-    replaces the files.
+    have that root, and write every view (or the calls' traces) to ``target``; return the
+    signed checkpoint, its
+    tree head and the manifest's list of the views' (or the traces') files. Writing again
+    (after a rebuild) replaces the files.
 
     Raises:
         DamagedIndexError: if DuckDB finds the index file damaged while reading it.
     """
     info = update_index(ledger, index, rebuild=rebuild)
-    files = []
     with connect_read_only(info.path) as con:
         try:
             tree_size, root_hash = con.execute(
@@ -404,16 +441,43 @@ def _export_views(
                 target.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise UsageError(f"cannot create {target}: {exc.strerror}") from exc
-            for view in VIEWS.values():
-                table = con.sql(
-                    f"SELECT * FROM {view.name} ORDER BY {view.order}").to_arrow_table()
-                table = select_rows(table.cast(view.schema), view, since, until)
-                name = f"{view.name}.{FORMATS[fmt]}"
-                files.append({"name": name, "view": view.name, "rows": table.num_rows,
-                              "sha256": _write(table, fmt, target / name)})
-                if progress:
-                    progress(tree_size, len(files), len(VIEWS))
+            write = _write_traces if fmt == OTLP_JSON else _write_views
+            files = write(con, fmt, target, since, until,
+                          lambda done, total: progress and progress(tree_size, done, total))
         except duckdb.Error as exc:
             raise_if_damaged(exc, index)
             raise
     return note, head, files
+
+
+_FilesDone = Callable[[int, int], Any]
+"""``done(files_written, files_total)``."""
+
+
+def _write_views(
+    con: duckdb.DuckDBPyConnection, fmt: str, target: Path, since: int | None,
+    until: int | None, done: _FilesDone,
+) -> list[dict[str, Any]]:
+    """Write each view of the index ``con`` in the table format ``fmt`` to ``target``;
+    return the manifest's entries of their files. Raises duckdb.Error, StorageError."""
+    files = []
+    for view in VIEWS.values():
+        table = select_rows(_view_table(con, view), view, since, until)
+        name = f"{view.name}.{TABLE_FORMATS[fmt]}"
+        files.append({"name": name, "view": view.name, "rows": table.num_rows,
+                      "sha256": _write_table(table, fmt, target / name)})
+        done(len(files), len(VIEWS))
+    return files
+
+
+def _write_traces(
+    con: duckdb.DuckDBPyConnection, fmt: str, target: Path, since: int | None,
+    until: int | None, done: _FilesDone,
+) -> list[dict[str, Any]]:
+    """Write the traces of the calls of the index ``con`` in the time range to ``target``
+    (``fmt``: ``otlp-json``); return the manifest's entry of the file. Raises duckdb.Error,
+    StorageError."""
+    calls = select_rows(_view_table(con, VIEWS["calls"]), VIEWS["calls"], since, until)
+    digest, counts = _write(target / TRACES, lambda sink: write_traces(con, calls, sink))
+    done(1, 1)
+    return [{"name": TRACES, "traces": counts.traces, "spans": counts.spans, "sha256": digest}]

@@ -20,7 +20,9 @@ concerned:
    came from, or one that grew from it);
 7. each view's file holds exactly the rows derived again from those entries (in memory,
    never from an index; the same time range applied): a Parquet file is read back and
-   compared as a table, a CSV or JSON Lines file byte for byte with the rows written again.
+   compared as a table, a CSV or JSON Lines file byte for byte with the rows written again;
+   an ``otlp-json`` export's traces file byte for byte with the traces written again from
+   those rows.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -49,13 +52,17 @@ from evidence_ledger.index.export import (
     EXPORT_FORMAT_VERSION,
     FORMATS,
     MANIFEST,
+    OTLP_JSON,
     SIGNATURE,
+    TABLE_FORMATS,
     HashingFile,
+    data_files,
     export_statement,
     file_sha256,
     select_rows,
     write_rows,
 )
+from evidence_ledger.index.otlp import TRACES, TraceCounts, write_traces
 from evidence_ledger.storage.files import open_input, read_input
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.log_proofs import log_root
@@ -161,10 +168,13 @@ def _listed_file(f: Any, fmt: str, tree_size: int) -> bool:
         return f.keys() == {"name", "entries", "sha256"} and f["entries"] == tree_size
     if f.get("name") == CHECKPOINT:
         return f.keys() == {"name", "sha256"}
+    if fmt == OTLP_JSON:
+        return (f.keys() == {"name", "traces", "spans", "sha256"} and f["name"] == TRACES
+                and _count(f["traces"]) and _count(f["spans"]))
     view = f.get("view")
     return (
         f.keys() == {"name", "view", "rows", "sha256"} and isinstance(view, str)
-        and view in VIEWS and f["name"] == f"{view}.{FORMATS[fmt]}" and _count(f["rows"])
+        and view in VIEWS and f["name"] == f"{view}.{TABLE_FORMATS[fmt]}" and _count(f["rows"])
     )
 
 
@@ -269,7 +279,7 @@ def _check_listing(where: Path, manifest: dict[str, Any], check: ExportCheck) ->
     of those present."""
     fmt, files = manifest["format"], manifest["files"]
     listed = {f["name"] for f in files}
-    for name in (ENTRIES, CHECKPOINT, *(f"{view}.{FORMATS[fmt]}" for view in VIEWS)):
+    for name in (ENTRIES, CHECKPOINT, *data_files(fmt)):
         if name not in listed:
             check.problems.append(f"{name}: missing from the manifest")
     try:
@@ -386,14 +396,45 @@ def _compare(path: Path, fmt: str, expected: pa.Table) -> str | None:
             return None
         row = _first_row_difference(expected, theirs)
         return f"rows differ from those the entries give, first at row {row}"
+    return _compare_bytes(path, lambda sink: write_rows(expected, fmt, sink), "rows")
+
+
+def _compare_bytes(path: Path, write: Callable[[HashingFile], Any], what: str) -> str | None:
+    """None when the file at ``path`` holds exactly what ``write(sink)`` writes, else what
+    differs (``what``: what the file holds, for the message)."""
     with open(path, "rb") as fh:
         sink = HashingFile(compare=fh)
-        write_rows(expected, fmt, sink)
+        write(sink)
         trailing = fh.read(1)
     if sink.first_difference is None and not trailing:
         return None
     where = sink.first_difference if sink.first_difference is not None else sink.size
-    return f"rows differ from those the entries give, first at byte {where}"
+    return f"{what} differ from those the entries give, first at byte {where}"
+
+
+def _check_traces(
+    path: Path, f: dict[str, Any], tables: dict[str, pa.Table], since: int | None,
+    until: int | None, check: ExportCheck,
+) -> None:
+    """Check the traces file at ``path`` (``f``: its manifest entry) against the traces
+    written again from the views' rows ``tables``, the calls in the time range."""
+    calls = select_rows(tables["calls"], VIEWS["calls"], since, until)
+    counts = TraceCounts(0, 0)
+
+    def write(sink: HashingFile) -> None:
+        nonlocal counts
+        with duckdb.connect() as con:
+            for name, table in tables.items():
+                con.register(name, table)
+            counts = write_traces(con, calls, sink)
+
+    problem = _compare_bytes(path, write, "traces")
+    if (counts.traces, counts.spans) != (f["traces"], f["spans"]):
+        check.problems.append(
+            f"{f['name']}: the manifest says {f['traces']} traces of {f['spans']} spans, the "
+            f"entries give {counts.traces} of {counts.spans}")
+    if problem is not None:
+        check.problems.append(f"{f['name']}: {problem}")
 
 
 # -- verify-export ------------------------------------------------------------------------
@@ -445,12 +486,14 @@ def verify_export(
         _check_ledger(ledger, check)
     if tables is None:
         return check
+    since, until = manifest.get("since_ns"), manifest.get("until_ns")
     for f in manifest["files"]:
+        if f["name"] == TRACES and f["name"] in present:
+            _check_traces(where / TRACES, f, tables, since, until, check)
         if "view" not in f or f["name"] not in present:
             continue
         view = VIEWS[f["view"]]
-        expected = select_rows(
-            tables[view.name], view, manifest.get("since_ns"), manifest.get("until_ns"))
+        expected = select_rows(tables[view.name], view, since, until)
         if expected.num_rows != f["rows"]:
             check.problems.append(f"{f['name']}: the manifest says {f['rows']} rows, the "
                                   f"entries give {expected.num_rows}")
