@@ -21,8 +21,16 @@ import typer
 from rich.markup import escape
 
 import evidence_ledger as el
-from evidence_ledger.cli import bundles, guard, output, query, sessions, tlog
-from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
+from evidence_ledger.cli import bundles, guard, output, query, sessions, tlog, witness
+from evidence_ledger.cli.options import (
+    IndexOpt,
+    JsonOpt,
+    LedgerOpt,
+    MinWitnessesOpt,
+    RebuildOpt,
+    WitnessKeyOpt,
+    open_ledger,
+)
 
 app = typer.Typer(
     name="evidence-ledger",
@@ -68,15 +76,19 @@ def verify(
     no_payloads: Annotated[
         bool, typer.Option("--no-payloads", help="Do not re-hash payload files (faster).")
     ] = False,
+    witness_key: WitnessKeyOpt = None,
+    min_witnesses: MinWitnessesOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Check integrity (hashes, links, encoding, payloads), every evidence rule, and the
-    stored and trusted signed checkpoints.
+    stored and trusted signed checkpoints; with --witness-key, the witnesses' cosignatures
+    on the latest stored checkpoint.
 
     Exit 0 when no rule is violated, 1 otherwise.
     """
     book = open_ledger(ledger)
-    report = book.verify(verifier_key or [], trusted_checkpoint or [], payloads=not no_payloads)
+    report = book.verify(verifier_key or [], trusted_checkpoint or [], payloads=not no_payloads,
+                         witness_keys=witness_key or [], min_witnesses=min_witnesses)
     if json:
         output.print_json(report.to_json())
     else:
@@ -334,7 +346,7 @@ def demo(
     raise typer.Exit(0 if report.ok else 1)
 
 
-for _commands in (tlog, query, sessions, bundles, guard):
+for _commands in (tlog, query, sessions, bundles, guard, witness):
     _commands.register(app)
 
 

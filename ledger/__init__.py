@@ -31,6 +31,9 @@ Verbs::
     SigningKey.generate(path, origin)    a checkpoint key; SigningKey.load(path)
     verify_bundle(bundle, verifier_keys)            a proof bundle, offline
     verify_checkpoint(note, verifier_keys)          a signed checkpoint, offline
+    check_witnesses(note, witness_keys, n)          its witnesses' cosignatures, offline
+    WitnessServer(key, logs, state)      a witness: cosigns checkpoints consistent with
+                                         the last it cosigned (c2sp.org/tlog-witness)
     scan_sessions(store)                 a session store, for tool items out of order
     run_demo(directory)                  the approval-flow demo                 [agents]
 
@@ -56,6 +59,9 @@ _PUBLIC = {
     "verify_bundle": "evidence_ledger.api.offline",
     "verify_checkpoint": "evidence_ledger.api.offline",
     "scan_sessions": "evidence_ledger.api.offline",
+    "check_witnesses": "evidence_ledger.api.offline",
+    "WitnessServer": "evidence_ledger.api.witness",
+    "Witness": "evidence_ledger.tlog.witness_protocol",
     "run_demo": "evidence_ledger.api.demo",
     "read_policy": "evidence_ledger.record.policy_file",
     # errors
@@ -64,6 +70,7 @@ _PUBLIC = {
     "UsageError": "evidence_ledger.format.errors",
     "StorageError": "evidence_ledger.format.errors",
     "MissingExtraError": "evidence_ledger.api.extras",
+    "QuorumError": "evidence_ledger.tlog.cosignature",
     "PolicyError": "evidence_ledger.policy.model",
     "GuardDenied": "evidence_ledger.record.integrations.guard",
     # what the verbs return, for annotations
@@ -78,6 +85,8 @@ _PUBLIC = {
     "SessionRepair": "evidence_ledger.api.handle",
     "RunDiff": "evidence_ledger.verify.compare",
     "Policy": "evidence_ledger.policy.model",
+    "WitnessResult": "evidence_ledger.tlog.witness_protocol",
+    "WitnessQuorum": "evidence_ledger.tlog.cosignature",
 }
 """Public name -> the module that defines it."""
 
@@ -95,6 +104,7 @@ __all__ = [
     "MissingExtraError",
     "Policy",
     "PolicyError",
+    "QuorumError",
     "Recorder",
     "Report",
     "RunDiff",
@@ -106,7 +116,12 @@ __all__ = [
     "UsageError",
     "VerifiedBundle",
     "VerifiedCheckpoint",
+    "Witness",
+    "WitnessQuorum",
+    "WitnessResult",
+    "WitnessServer",
     "__version__",
+    "check_witnesses",
     "read_policy",
     "run_demo",
     "scan_sessions",
@@ -119,7 +134,13 @@ if TYPE_CHECKING:
     from evidence_ledger.api.extras import MissingExtraError
     from evidence_ledger.api.handle import Ledger, SessionRepair
     from evidence_ledger.api.keys import SigningKey
-    from evidence_ledger.api.offline import scan_sessions, verify_bundle, verify_checkpoint
+    from evidence_ledger.api.offline import (
+        check_witnesses,
+        scan_sessions,
+        verify_bundle,
+        verify_checkpoint,
+    )
+    from evidence_ledger.api.witness import WitnessServer
     from evidence_ledger.bundle.verify import VerifiedBundle
     from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError, UsageError
     from evidence_ledger.policy.model import Policy, PolicyError
@@ -128,6 +149,8 @@ if TYPE_CHECKING:
     from evidence_ledger.record.policy_file import read_policy
     from evidence_ledger.sessions.report import ScanReport
     from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
+    from evidence_ledger.tlog.cosignature import QuorumError, WitnessQuorum
+    from evidence_ledger.tlog.witness_protocol import Witness, WitnessResult
     from evidence_ledger.verify.chains import CallChain
     from evidence_ledger.verify.compare import RunDiff
     from evidence_ledger.verify.findings import Finding

@@ -17,7 +17,8 @@ STORAGE = ("evidence_ledger.storage.log_store", "evidence_ledger.storage.ledger_
                "evidence_ledger.tlog.proof_verify", "evidence_ledger.tlog.proofs",
                "evidence_ledger.tlog.tiles",
                "evidence_ledger.bundle.verify", "evidence_ledger.tlog.checkpoint",
-               "evidence_ledger.tlog.note", "evidence_ledger.sessions.scan"],
+               "evidence_ledger.tlog.note", "evidence_ledger.tlog.cosignature",
+               "evidence_ledger.tlog.witness_protocol", "evidence_ledger.sessions.scan"],
 )
 def test_pure_module_loads_no_storage(module):
     code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"

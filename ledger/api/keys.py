@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from evidence_ledger.storage.keys import check_new_key_path, keygen, load_signer
+from evidence_ledger.tlog.cosignature import Cosigner
 from evidence_ledger.tlog.note import Signer
 
 __all__ = ["SigningKey", "signing_keys", "verifier_keys"]
@@ -61,6 +62,13 @@ class SigningKey:
     def check_new_path(path: str | os.PathLike[str]) -> None:
         """Raise :class:`UsageError` unless a new key may be written at ``path``."""
         check_new_key_path(path)
+
+    @property
+    def witness_key(self) -> str:
+        """This key's cosignature verifier key (type 0x04, c2sp.org/tlog-cosignature): what
+        logs and verifiers name a witness serving with this key by (``--witness``,
+        ``--witness-key``). Its key ID differs from :attr:`verifier_key`'s."""
+        return Cosigner(self._signer).verifier.vkey
 
     @property
     def signer(self) -> Signer:
