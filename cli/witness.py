@@ -1,10 +1,11 @@
 """Witness commands: ``witness serve`` (cosign checkpoints of the logs it follows, each only
-if consistent with the last it cosigned: c2sp.org/tlog-witness) and ``witness key`` (the
-cosignature verifier key logs and verifiers name it by).
+if consistent with the last it cosigned: c2sp.org/tlog-witness), ``witness key`` (the
+cosignature verifier key logs and verifiers name it by) and ``witness monitor`` (follow a
+log's checkpoints, stop at the first inconsistent one).
 
-Thin: parse arguments, call the public API (``WitnessServer``, ``SigningKey.witness_key``),
-print. Errors are :class:`evidence_ledger.LedgerError` types, turned into one line and an
-exit code by the handler in :mod:`evidence_ledger.cli.main`.
+Thin: parse arguments, call the public API (``WitnessServer``, ``SigningKey.witness_key``,
+``monitor_checkpoints``), print. Errors are :class:`evidence_ledger.LedgerError` types,
+turned into one line and an exit code by the handler in :mod:`evidence_ledger.cli.main`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ __all__ = ["register"]
 
 app = typer.Typer(
     name="witness", no_args_is_help=True, rich_markup_mode="markdown",
-    help="Run a witness that cosigns checkpoints (c2sp.org/tlog-witness), or print its key.",
+    help="Run a witness that cosigns checkpoints (c2sp.org/tlog-witness), print its key, or "
+         "monitor a log's checkpoints.",
 )
 
 KeyArg = Annotated[
@@ -122,6 +124,46 @@ def key_command(
         typer.echo(signing_key.witness_key)
 
 
+@app.command("monitor")
+def monitor_command(
+    path: Annotated[
+        Path, typer.Argument(metavar="PATH", help="A ledger directory, or a checkpoint file.",
+                             show_default=False)
+    ],
+    log: Annotated[
+        list[str],
+        typer.Option("--log", metavar="ORIGIN=VKEY",
+                     help="The log: its origin, '=', a verifier key trusted to sign its "
+                          "checkpoints; repeat for more keys."),
+    ],
+    interval: Annotated[
+        float, typer.Option("--interval", metavar="SECONDS", min=0.1,
+                            help="Seconds between looks.")
+    ] = 2.0,
+    once: Annotated[
+        bool, typer.Option("--once", help="Look once and exit (0: all consistent).")
+    ] = False,
+) -> None:
+    """Follow a log's checkpoints (each new file of a ledger's checkpoints/, or one file
+    read again when it changes) and exit 1 at the first that is not consistent with the last
+    one seen: a smaller tree (rolled back), another root at the same size (a fork), or, in a
+    ledger, a larger tree its log does not prove extends the last one. One line per
+    checkpoint; runs until interrupted (exit 0)."""
+    logs = _logs(log)
+    if len(logs) != 1:
+        raise el.UsageError(f"--log names {len(logs)} origins; the monitor follows one log")
+    ((origin, vkeys),) = logs.items()
+    signal.signal(signal.SIGTERM, _stop)
+    with contextlib.suppress(KeyboardInterrupt):
+        el.monitor_checkpoints(path, vkeys, origin, interval=interval, once=once,
+                               report=_line)
+
+
+def _line(text: str) -> None:
+    typer.echo(text)
+    sys.stdout.flush()
+
+
 def register(root: typer.Typer) -> None:
-    """Add the ``witness`` command group (``serve``, ``key``) to ``root``."""
+    """Add the ``witness`` command group (``serve``, ``key``, ``monitor``) to ``root``."""
     root.add_typer(app)

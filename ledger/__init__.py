@@ -34,6 +34,7 @@ Verbs::
     check_witnesses(note, witness_keys, n)          its witnesses' cosignatures, offline
     WitnessServer(key, logs, state)      a witness: cosigns checkpoints consistent with
                                          the last it cosigned (c2sp.org/tlog-witness)
+    monitor_checkpoints(path, keys, origin)  follow a log's checkpoints; stop at a fork
     scan_sessions(store)                 a session store, for tool items out of order
     run_demo(directory)                  the approval-flow demo                 [agents]
 
@@ -61,6 +62,7 @@ _PUBLIC = {
     "scan_sessions": "evidence_ledger.api.offline",
     "check_witnesses": "evidence_ledger.api.offline",
     "WitnessServer": "evidence_ledger.api.witness",
+    "monitor_checkpoints": "evidence_ledger.api.monitor",
     "Witness": "evidence_ledger.tlog.witness_protocol",
     "run_demo": "evidence_ledger.api.demo",
     "read_policy": "evidence_ledger.record.policy_file",
@@ -71,6 +73,7 @@ _PUBLIC = {
     "StorageError": "evidence_ledger.format.errors",
     "MissingExtraError": "evidence_ledger.api.extras",
     "QuorumError": "evidence_ledger.tlog.cosignature",
+    "MonitorError": "evidence_ledger.api.monitor",
     "PolicyError": "evidence_ledger.policy.model",
     "GuardDenied": "evidence_ledger.record.integrations.guard",
     # what the verbs return, for annotations
@@ -102,6 +105,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "MissingExtraError",
+    "MonitorError",
     "Policy",
     "PolicyError",
     "QuorumError",
@@ -122,6 +126,7 @@ __all__ = [
     "WitnessServer",
     "__version__",
     "check_witnesses",
+    "monitor_checkpoints",
     "read_policy",
     "run_demo",
     "scan_sessions",
@@ -134,6 +139,7 @@ if TYPE_CHECKING:
     from evidence_ledger.api.extras import MissingExtraError
     from evidence_ledger.api.handle import Ledger, SessionRepair
     from evidence_ledger.api.keys import SigningKey
+    from evidence_ledger.api.monitor import MonitorError, monitor_checkpoints
     from evidence_ledger.api.offline import (
         check_witnesses,
         scan_sessions,

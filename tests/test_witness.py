@@ -135,9 +135,9 @@ def test_checkpoint_collects_two_cosignatures_and_every_verifier_counts_them(key
     note = str(book / "checkpoints" / "00000002.note")
     checked = run_cli("verify-checkpoint", note, "--verifier-key", keys["log_vkey"], *both,
                       "--min-witnesses", "2")
-    assert checked.code == 0 and checked.out.rstrip().endswith(
-        f"; cosigned by {keys['w1_witness'].rsplit('+', 1)[0]}, "
-        f"{keys['w2_witness'].rsplit('+', 1)[0]}")
+    labels = ["+".join(keys[w].split("+", 2)[:2]) for w in ("w1_witness", "w2_witness")]
+    assert checked.code == 0
+    assert checked.out.rstrip().endswith(f"; cosigned by {labels[0]}, {labels[1]}")
     bundle = tmp_path / "all.bundle.json"
     assert run_cli("prove", "--ledger", str(book), "--key", keys["log"], "--all", "--out",
                    str(bundle)).code == 0
@@ -288,3 +288,47 @@ def test_witness_key_and_usage_errors(keys, tmp_path):
         result = run_cli(*args)
         assert result.code == 2 and result.err.count("\n") == 1, (args, result.err)
     assert not (book / "checkpoints").exists()  # refused before signing anything
+
+
+def test_monitor_follows_a_ledger_and_stops_at_a_rewritten_log(keys, tmp_path):
+    book = _grow(tmp_path / "book", "a", 21)
+    log = ["--log", f"{ORIGIN}={keys['log_vkey']}"]
+    for more in (0, 4):
+        _grow(book, "c", more)
+        assert run_cli("checkpoint", "--ledger", str(book), "--key", keys["log"]).code == 0
+    watched = run_cli("witness", "monitor", str(book), *log, "--once")
+    assert watched.code == 0, watched.err
+    assert watched.out.splitlines()[1].endswith(
+        "(extends tree size 21: consistency proof from the log)")
+
+    fork = _grow(tmp_path / "fork", "b", 30)  # the log rewritten under checkpoint 1
+    (book / "log.bin").unlink()
+    (book / "log.bin").write_bytes((fork / "log.bin").read_bytes())
+    forged = el.Ledger(fork).checkpoint(el.SigningKey.load(keys["log"])).data
+    (book / "checkpoints" / "00000003.note").write_bytes(forged)
+    caught = run_cli("witness", "monitor", str(book), *log, "--once")
+    assert caught.code == 1 and caught.out.count("\n") == 1  # checkpoint 1, then the error
+    assert "00000002.note: tree size 25, root " in caught.err
+    assert "the log cannot prove it extends tree size 21 (the log contradicts" in caught.err
+
+
+def test_monitor_of_a_file_stops_at_a_fork_or_a_rollback(keys, tmp_path):
+    book = _grow(tmp_path / "book", "a", 21)
+    fork = _grow(tmp_path / "fork", "b", 21)
+    first = _signed(book, keys["log"])
+    published = tmp_path / "published.note"
+    for later, message in ((_signed(fork, keys["log"]), "another root .* a fork"),
+                           (_signed(_grow(tmp_path / "short", "a", 3), keys["log"]),
+                            "smaller than tree size 21 seen before: the log was rolled back")):
+        published.write_bytes(first)
+        seen: list[str] = []
+
+        def publish(line: str, later: bytes = later, seen: list[str] = seen) -> None:
+            seen.append(line)
+            published.write_bytes(later)  # the next look finds the other checkpoint
+
+        with pytest.raises(el.MonitorError, match=message):
+            el.monitor_checkpoints(published, [keys["log_vkey"]], ORIGIN, interval=0.1,
+                                   report=publish)
+        root = base64.b64encode(el.Ledger(book).consistency_proof(21, 21).root1).decode()
+        assert seen == [f"published.note: tree size 21, root {root} (the first seen)"]
