@@ -83,7 +83,10 @@ def _held_size(content_type: str, body: bytes) -> int:
 
 
 def _first_line(body: bytes) -> str:
-    return body.decode("utf-8", "replace").strip().split("\n", 1)[0][:200]
+    """The first line of a witness's answer, at most 200 characters, non-printable ones
+    (terminal escapes) shown as ``?``."""
+    line = body.decode("utf-8", "replace").strip().split("\n", 1)[0][:200]
+    return "".join(c if c.isprintable() else "?" for c in line)
 
 
 def _cosignature(verifier: CosignatureVerifier, text: str, body: bytes) -> str:
