@@ -1,7 +1,7 @@
 """A witness killed with SIGKILL at random points while a client keeps sending it
-checkpoints of two forks of one log never cosigns two roots for one tree size, across
-restarts (c2sp.org/tlog-witness: "The witness MUST persist the new checkpoint before
-responding").
+checkpoints that extend what it holds, and forks of it, never cosigns two roots for one tree
+size nor forgets what it cosigned, across restarts (c2sp.org/tlog-witness: "The witness MUST
+persist the new checkpoint before responding").
 
 The witness is a :class:`evidence_ledger.WitnessServer` in a process forked by a launcher
 subprocess that has the package loaded (a start in milliseconds, so 100 kills fit in
@@ -185,6 +185,7 @@ def test_a_witness_killed_mid_request_never_cosigns_two_roots_for_one_size(tmp_p
     log = Signer.from_skey((keys / "log.key").read_text().strip())
     seed = random.randrange(1 << 32)
     client = _Client(log, CosignatureVerifier.from_vkey(witness_key), seed)
+    pace = random.Random(seed + 1)  # when to kill
     state = tmp_path / "state"
     launcher = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, str(keys / "w.key"), ORIGIN, log_vkey, str(state)],
@@ -199,7 +200,7 @@ def test_a_witness_killed_mid_request_never_cosigns_two_roots_for_one_size(tmp_p
             thread = threading.Thread(target=client.run, args=(int(port), stop))
             thread.start()
             try:
-                time.sleep(client.rng.uniform(0.005, 0.06))
+                time.sleep(pace.uniform(0.005, 0.06))
             finally:
                 os.kill(int(pid), signal.SIGKILL)
                 launcher.stdin.write(f"reap {pid}\n")
