@@ -93,6 +93,36 @@ def _notes() -> tuple[list[bytes], Callable[[bytes], object]]:
     return seeds, lambda data: open_note(data, keys[:1])
 
 
+def _witness_requests() -> tuple[list[bytes], Callable[[bytes], object]]:
+    """``add-checkpoint`` bodies, parsed and judged as a witness holding tree size 13."""
+    from evidence_ledger.tlog.checkpoint import Checkpoint
+    from evidence_ledger.tlog.note import Verifier
+    from evidence_ledger.tlog.witness_protocol import (
+        format_add_checkpoint,
+        judge,
+        parse_add_checkpoint,
+    )
+
+    vector = json.loads((VECTORS / "checkpoints" / "signed.json").read_text())
+    keys = [Verifier.from_vkey(vector["verifier_key"])]
+    note = vector["note"].encode()
+    proof = [bytes([i]) * 32 for i in range(3)]
+    held = Checkpoint(vector["origin"], 13, bytes(32))
+    seeds = [format_add_checkpoint(0, [], note), format_add_checkpoint(13, proof, note)]
+    return seeds, lambda data: judge(parse_add_checkpoint(data), keys, held)
+
+
+def _cosigned_notes() -> tuple[list[bytes], Callable[[bytes], object]]:
+    """Checkpoints carrying witness cosignatures, counted against a quorum."""
+    from evidence_ledger.tlog.cosignature import WitnessPolicy, check_quorum
+
+    vector = json.loads((REPO / "tests" / "vectors" / "cosignature" / "known-answer.json")
+                        .read_text())
+    policy = WitnessPolicy.from_keys([vector["witness"]["verifier_key"]], 1)
+    assert policy is not None
+    return [vector["cosigned_note"].encode()], lambda data: check_quorum(data, policy)
+
+
 def _bundles() -> tuple[list[bytes], Callable[[bytes], object]]:
     from evidence_ledger.bundle.verify import verify_bundle
     from evidence_ledger.tlog.note import Verifier
@@ -204,6 +234,8 @@ PARSERS: dict[str, Callable[[], tuple[list[bytes], Callable[[bytes], object]]]] 
     "export manifests": _manifests, "session stores (JSONL dump)": _sessions,
     "session stores (SQLite)": _sqlite_sessions, "log.bin frames": _frames,
     "entries (canonical MessagePack)": _entries, "policy files": _policies,
+    "witness add-checkpoint requests": _witness_requests,
+    "cosigned notes (witness quorums)": _cosigned_notes,
 }
 
 

@@ -19,7 +19,14 @@ import typer
 
 import evidence_ledger as el
 from evidence_ledger.cli import output
-from evidence_ledger.cli.options import JsonOpt, LedgerOpt, open_ledger
+from evidence_ledger.cli.options import (
+    JsonOpt,
+    LedgerOpt,
+    MinWitnessesOpt,
+    WitnessKeyOpt,
+    check_witnesses,
+    open_ledger,
+)
 
 __all__ = ["register", "render_markdown", "render_text"]
 
@@ -284,18 +291,29 @@ def verify_proof_command(
         typer.Option("--verifier-key", metavar="VKEY",
                      help="The ledger's verifier key name+keyid+key; repeatable."),
     ],
+    witness_key: WitnessKeyOpt = None,
+    min_witnesses: MinWitnessesOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Verify a proof bundle offline, without the ledger: signatures, inclusion proofs,
-    hash links, payloads, and the verdict re-derived from the bundled entries.
+    hash links, payloads, and the verdict re-derived from the bundled entries; with
+    --witness-key, the witnesses' cosignatures on its checkpoint.
 
-    Exit 0 when authentic (whatever verdict it carries), 1 when not.
+    Exit 0 when authentic (whatever verdict it carries), 1 when not or when its checkpoint
+    has fewer than --min-witnesses cosignatures (witness_quorum).
     """
     verified = el.verify_bundle(file, verifier_key)
+    quorum = check_witnesses(verified.checkpoint_note.encode("utf-8"), witness_key,
+                             min_witnesses)
     if json_:
-        typer.echo(json.dumps(verified.to_json(), indent=2))
+        doc = verified.to_json()
+        if quorum is not None:
+            doc["witnesses"] = quorum.to_json()
+        typer.echo(json.dumps(doc, indent=2))
     else:
         typer.echo(render_text(verified), nl=False)
+        if quorum is not None:
+            typer.echo(f"witnesses: {_clean(quorum.describe())}")
 
 
 def register(app: typer.Typer) -> None:

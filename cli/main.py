@@ -31,8 +31,17 @@ from evidence_ledger.cli import (
     sessions,
     tlog,
     values,
+    witness,
 )
-from evidence_ledger.cli.options import IndexOpt, JsonOpt, LedgerOpt, RebuildOpt, open_ledger
+from evidence_ledger.cli.options import (
+    IndexOpt,
+    JsonOpt,
+    LedgerOpt,
+    MinWitnessesOpt,
+    RebuildOpt,
+    WitnessKeyOpt,
+    open_ledger,
+)
 
 app = typer.Typer(
     name="evidence-ledger",
@@ -78,17 +87,21 @@ def verify(
     no_payloads: Annotated[
         bool, typer.Option("--no-payloads", help="Do not re-hash payload files (faster).")
     ] = False,
+    witness_key: WitnessKeyOpt = None,
+    min_witnesses: MinWitnessesOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Check integrity (hashes, links, encoding, payloads), every evidence rule, and the
-    stored and trusted signed checkpoints.
+    stored and trusted signed checkpoints; with --witness-key, the witnesses' cosignatures
+    on the latest stored checkpoint.
 
     A violation that compares two arguments (approval_binding, argument_integrity,
     foreign_interruption) shows what differs between their values (`--json`: its
     `values`), unless `--no-payloads`. Exit 0 when no rule is violated, 1 otherwise.
     """
     book = open_ledger(ledger)
-    report = book.verify(verifier_key or [], trusted_checkpoint or [], payloads=not no_payloads)
+    report = book.verify(verifier_key or [], trusted_checkpoint or [], payloads=not no_payloads,
+                         witness_keys=witness_key or [], min_witnesses=min_witnesses)
     compared = [] if no_payloads else book.violation_values(report.violations)
     if json:
         output.print_json({**report.to_json(),
@@ -364,7 +377,7 @@ def demo(
     raise typer.Exit(0 if report.ok else 1)
 
 
-for _commands in (tlog, query, exports, sessions, bundles, guard, values, report):
+for _commands in (tlog, query, exports, sessions, bundles, guard, values, report, witness):
     _commands.register(app)
 
 

@@ -18,7 +18,14 @@ import typer
 
 import evidence_ledger as el
 from evidence_ledger.cli import output
-from evidence_ledger.cli.options import JsonOpt, LedgerOpt, open_ledger
+from evidence_ledger.cli.options import (
+    JsonOpt,
+    LedgerOpt,
+    MinWitnessesOpt,
+    WitnessKeyOpt,
+    check_witnesses,
+    open_ledger,
+)
 
 __all__ = ["register"]
 
@@ -116,21 +123,49 @@ def checkpoint_command(
         ),
     ],
     ledger: LedgerOpt = None,
+    witness: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--witness", metavar="URL=VKEY",
+            help="A witness to cosign it (c2sp.org/tlog-witness): its URL, '=', its "
+                 "cosignature verifier key; repeatable.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Sign the current tree head as a C2SP checkpoint, store it, and print it."""
+    """Sign the current tree head as a C2SP checkpoint, have each --witness cosign it,
+    store it with their cosignatures, and print it.
+
+    A witness that refuses (it cosigned a tree this one does not extend: a fork, or a log
+    rolled back) or cannot be reached leaves no cosignature: the checkpoint is stored
+    without it, one line on stderr names each, and the command exits 1. `verify
+    --witness-key ... --min-witnesses N` then reports it (rule witness_quorum).
+    """
     book = open_ledger(ledger)
-    stored = book.checkpoint([el.SigningKey.load(path) for path in key])
+    witnesses = [el.Witness.parse(text) for text in witness or []]
+    stored = book.checkpoint([el.SigningKey.load(path) for path in key], witnesses=witnesses)
     note = stored.data.decode("utf-8")  # UTF-8, ends with a newline
     if as_json:
         cp = stored.checkpoint
-        output.print_json({
+        doc: dict[str, Any] = {
             "origin": cp.origin, "tree_size": cp.size, "root_hash": _b64(cp.root),
             "path": str(stored.path), "note": note,
-        })
-        return
-    sys.stdout.write(note)
-    sys.stdout.flush()
+        }
+        if witnesses:
+            doc["witnesses"] = [r.to_json() for r in stored.witnesses]
+        output.print_json(doc)
+    else:
+        sys.stdout.write(note)
+        sys.stdout.flush()
+    missed = [r for r in stored.witnesses if not r.ok]
+    if missed:
+        typer.echo(
+            f"evidence-ledger: error: {len(missed)} of {len(witnesses)} witness(es) did not "
+            f"cosign checkpoint {stored.number} (stored without their cosignature): "
+            + "; ".join(f"{r.witness.url} {r.status}: {r.detail}" for r in missed),
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def verify_checkpoint_command(
@@ -151,21 +186,30 @@ def verify_checkpoint_command(
             "--origin", metavar="NAME", help="Expected origin (default: the signing key's name)."
         ),
     ] = None,
+    witness_key: WitnessKeyOpt = None,
+    min_witnesses: MinWitnessesOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify a signed checkpoint against trusted verifier keys."""
+    """Verify a signed checkpoint against trusted verifier keys, and with --witness-key
+    its witnesses' cosignatures (exit 1 below --min-witnesses: witness_quorum)."""
     verified = el.verify_checkpoint(file, verifier_key, origin)
+    quorum = check_witnesses(file, witness_key, min_witnesses)
     cp = verified.checkpoint
     signers = [f"{s.name}+{s.key_id:08x}" for s in verified.note.verified]
     if as_json:
-        output.print_json({
+        doc: dict[str, Any] = {
             "ok": True, "origin": cp.origin, "tree_size": cp.size, "root_hash": _b64(cp.root),
             "signed_by": signers,
-        })
+        }
+        if quorum is not None:
+            doc["witnesses"] = quorum.to_json()
+        output.print_json(doc)
         return
+    cosigned = "" if quorum is None else (
+        f"; cosigned by {', '.join(c.witness for c in quorum.cosigned)}")
     typer.echo(
         f"checkpoint OK: origin {cp.origin}, tree size {cp.size}, root {_b64(cp.root)}, "
-        f"signed by {', '.join(signers)}"
+        f"signed by {', '.join(signers)}{cosigned}"
     )
 
 

@@ -38,6 +38,10 @@ Verbs::
     verify_checkpoint(note, verifier_keys)          a signed checkpoint, offline
     verify_export(directory, verifier_keys)         an export, offline          [query]
     report_bundle(bundle, verifier_keys, out)       a bundle's HTML report, offline
+    check_witnesses(note, witness_keys, n)          its witnesses' cosignatures, offline
+    WitnessServer(key, logs, state)      a witness: cosigns checkpoints consistent with
+                                         the last it cosigned (c2sp.org/tlog-witness)
+    monitor_checkpoints(path, keys, origin)  follow a log's checkpoints; stop at a fork
     scan_sessions(store)                 a session store, for tool items out of order
     run_demo(directory)                  the approval-flow demo                 [agents]
 
@@ -64,6 +68,10 @@ _PUBLIC = {
     "verify_checkpoint": "evidence_ledger.api.offline",
     "verify_export": "evidence_ledger.api.offline",
     "scan_sessions": "evidence_ledger.api.offline",
+    "check_witnesses": "evidence_ledger.api.offline",
+    "WitnessServer": "evidence_ledger.api.witness",
+    "monitor_checkpoints": "evidence_ledger.api.monitor",
+    "Witness": "evidence_ledger.tlog.witness_protocol",
     "run_demo": "evidence_ledger.api.demo",
     "report_bundle": "evidence_ledger.api.reports",
     "read_policy": "evidence_ledger.record.policy_file",
@@ -74,6 +82,8 @@ _PUBLIC = {
     "UsageError": "evidence_ledger.format.errors",
     "StorageError": "evidence_ledger.format.errors",
     "MissingExtraError": "evidence_ledger.api.extras",
+    "QuorumError": "evidence_ledger.tlog.cosignature",
+    "MonitorError": "evidence_ledger.api.monitor",
     "PolicyError": "evidence_ledger.policy.model",
     "GuardDenied": "evidence_ledger.record.integrations.guard",
     # what the verbs return, for annotations
@@ -92,6 +102,8 @@ _PUBLIC = {
     "Value": "evidence_ledger.views.values",
     "ValueDiff": "evidence_ledger.views.values",
     "NamedQuery": "evidence_ledger.index.named",
+    "WitnessResult": "evidence_ledger.tlog.witness_protocol",
+    "WitnessQuorum": "evidence_ledger.tlog.cosignature",
 }
 """Public name -> the module that defines it."""
 
@@ -107,9 +119,11 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "MissingExtraError",
+    "MonitorError",
     "NamedQuery",
     "Policy",
     "PolicyError",
+    "QuorumError",
     "Recorder",
     "Report",
     "ReportFile",
@@ -124,7 +138,13 @@ __all__ = [
     "ValueDiff",
     "VerifiedBundle",
     "VerifiedCheckpoint",
+    "Witness",
+    "WitnessQuorum",
+    "WitnessResult",
+    "WitnessServer",
     "__version__",
+    "check_witnesses",
+    "monitor_checkpoints",
     "named_queries",
     "read_policy",
     "report_bundle",
@@ -140,13 +160,16 @@ if TYPE_CHECKING:
     from evidence_ledger.api.extras import MissingExtraError
     from evidence_ledger.api.handle import Ledger, SessionRepair
     from evidence_ledger.api.keys import SigningKey
+    from evidence_ledger.api.monitor import MonitorError, monitor_checkpoints
     from evidence_ledger.api.offline import (
+        check_witnesses,
         scan_sessions,
         verify_bundle,
         verify_checkpoint,
         verify_export,
     )
     from evidence_ledger.api.reports import ReportFile, report_bundle
+    from evidence_ledger.api.witness import WitnessServer
     from evidence_ledger.bundle.verify import VerifiedBundle
     from evidence_ledger.format.errors import EvidenceError, LedgerError, StorageError, UsageError
     from evidence_ledger.index.named import NamedQuery, named_queries
@@ -156,6 +179,8 @@ if TYPE_CHECKING:
     from evidence_ledger.record.policy_file import read_policy
     from evidence_ledger.sessions.report import ScanReport
     from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
+    from evidence_ledger.tlog.cosignature import QuorumError, WitnessQuorum
+    from evidence_ledger.tlog.witness_protocol import Witness, WitnessResult
     from evidence_ledger.verify.chains import CallChain
     from evidence_ledger.verify.compare import RunDiff
     from evidence_ledger.verify.findings import Finding

@@ -18,6 +18,7 @@ STORAGE = ("evidence_ledger.storage.log_store", "evidence_ledger.storage.ledger_
                "evidence_ledger.tlog.tiles",
                "evidence_ledger.bundle.verify", "evidence_ledger.tlog.checkpoint",
                "evidence_ledger.tlog.note", "evidence_ledger.tlog.dsse",
+               "evidence_ledger.tlog.cosignature", "evidence_ledger.tlog.witness_protocol",
                "evidence_ledger.sessions.scan"],
 )
 def test_pure_module_loads_no_storage(module):

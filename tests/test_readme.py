@@ -88,11 +88,35 @@ def _commands() -> frozenset[str]:
 
 
 @cache
+def _groups() -> dict[str, frozenset[str]]:
+    """Commands that are groups (``witness``) -> their subcommands."""
+    group = typer.main.get_command(app)
+    return {name: frozenset(command.commands)  # type: ignore[attr-defined]
+            for name, command in group.commands.items()  # type: ignore[attr-defined]
+            if hasattr(command, "commands")}
+
+
+@cache
+def _known() -> frozenset[str]:
+    """Every command a doc may name: the top-level ones and ``GROUP SUBCOMMAND``."""
+    return _commands() | {f"{g} {s}" for g, subs in _groups().items() for s in subs}
+
+
+@cache
 def _options(command: str) -> frozenset[str]:
-    """The options ``evidence-ledger COMMAND --help`` lists, with the global ones."""
-    found = frozenset(_listed(_help(command)))
-    assert "--help" in found, _help(command)
+    """The options ``evidence-ledger COMMAND --help`` lists (COMMAND may be ``GROUP SUB``),
+    with the global ones."""
+    found = frozenset(HELP_OPTION.findall(_help(*command.split())))
+    assert "--help" in found, _help(*command.split())
     return found | _global_options()
+
+
+def _command_words(words: list[str]) -> tuple[str, list[str]]:
+    """The command a doc names at the start of ``words`` (with its subcommand when it is a
+    group), and the words after it."""
+    if words[0] in _groups() and len(words) > 1 and re.fullmatch(r"[a-z][a-z-]*", words[1]):
+        return f"{words[0]} {words[1]}", words[2:]
+    return words[0], words[1:]
 
 
 @cache
@@ -145,24 +169,26 @@ def _invocations(path: Path) -> list[tuple[str, list[str], str]]:
         for i, token in enumerate(tokens[:-1]):
             if not re.search(r"(^|[/(])evidence-ledger$", token):
                 continue
+            if not re.fullmatch(r"[a-z][a-z-]*", tokens[i + 1]):
+                continue
+            command, rest = _command_words(tokens[i + 1:])
             options = []
-            for word in tokens[i + 2:]:
+            for word in rest:
                 if word in STOP:
                     break
                 options += OPTION.findall(word.split("=", 1)[0]) if word.startswith("--") else []
                 if word.endswith(")"):
                     break
-            if re.fullmatch(r"[a-z][a-z-]*", tokens[i + 1]):
-                found.append((tokens[i + 1], options, f"{path.name}: {line.strip()}"))
+            found.append((command, options, f"{path.name}: {line.strip()}"))
     for table in re.findall(r"(?:^\|.*\n?)+", prose, re.MULTILINE):
         header, *rows = table.splitlines()
         if header.strip("| ").split(" | ")[0].strip() != "command":
             continue
         for row in rows:
             for span in SPAN.findall(row.strip("|").split(" | ")[0]):
-                word = span.split()[0]
-                if re.fullmatch(r"[a-z][a-z-]*", word):
-                    found.append((word, OPTION.findall(span), f"{path.name} table: {span}"))
+                if re.fullmatch(r"[a-z][a-z-]*", span.split()[0]):
+                    command, _ = _command_words(span.split())
+                    found.append((command, OPTION.findall(span), f"{path.name} table: {span}"))
     return found
 
 
@@ -193,7 +219,7 @@ def test_readme_table_lists_every_command_once():
 def test_named_commands_exist(path):
     invocations = _invocations(path)
     assert len(invocations) >= 10, invocations  # the parser found the examples
-    unknown = [where for command, _, where in invocations if command not in _commands()]
+    unknown = [where for command, _, where in invocations if command not in _known()]
     assert not unknown, f"no such command: {unknown}"
 
 
@@ -201,7 +227,7 @@ def test_named_commands_exist(path):
 def test_named_options_exist_for_their_command(path):
     wrong = [
         f"{option} ({where})"
-        for command, options, where in _invocations(path) if command in _commands()
+        for command, options, where in _invocations(path) if command in _known()
         for option in options if option not in _options(command)
     ]
     assert not wrong, f"options the command does not take: {wrong}"
@@ -210,7 +236,7 @@ def test_named_options_exist_for_their_command(path):
 def test_every_option_in_readme_prose_exists():
     """Options README names outside an invocation (``--ledger DIR``, ``--json``) must be
     options of some command."""
-    every = set().union(*(_options(c) for c in _commands()))
+    every = set().union(*(_options(c) for c in _known()))
     prose = FENCE.sub("", _text())
     named = {m for span in SPAN.findall(prose) if span.startswith("--")
              for m in OPTION.findall(span)}

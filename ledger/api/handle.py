@@ -41,7 +41,9 @@ from evidence_ledger.storage.fsutil import reading
 from evidence_ledger.storage.keys import refuse_key_inside
 from evidence_ledger.storage.ledger_dir import Ledger as LedgerDirectory
 from evidence_ledger.storage.log_proofs import prove_consistency_checked, prove_inclusion_checked
+from evidence_ledger.tlog.cosignature import WitnessPolicy
 from evidence_ledger.tlog.note import MAX_NOTE_BYTES
+from evidence_ledger.tlog.witness_protocol import Witness
 from evidence_ledger.verify.audit import verify_ledger
 from evidence_ledger.verify.compare import (
     RunDiff,
@@ -148,6 +150,8 @@ class Ledger:
         trusted_checkpoints: Source | Sequence[Source] = (),
         *,
         payloads: bool = True,
+        witness_keys: str | Sequence[str] = (),
+        min_witnesses: int | None = None,
     ) -> Report:
         """Verify the whole ledger: integrity of every record, every evidence rule, the
         stored checkpoints and the trusted ones; one pass over ``log.bin``.
@@ -158,6 +162,10 @@ class Ledger:
             trusted_checkpoints: paths of signed checkpoints kept elsewhere: the ledger
                 must extend each (rule ``append_only``).
             payloads: re-hash every payload file against its digest.
+            witness_keys: witnesses' cosignature verifier keys (type 0x04); with them, the
+                latest stored checkpoint must carry valid cosignatures by
+                ``min_witnesses`` of them (default 1; rule ``witness_quorum``).
+            min_witnesses: how many of ``witness_keys`` must have cosigned.
 
         Returns:
             The report (``schemas/verify-report.schema.json`` via ``to_json()``);
@@ -165,14 +173,17 @@ class Ledger:
             crash left unrecorded.
 
         Raises:
-            UsageError: for a malformed verifier key or an unreadable trusted checkpoint.
+            UsageError: for a malformed verifier or witness key, an unreadable trusted
+                checkpoint, or ``min_witnesses`` without keys or out of ``1..len(keys)``.
             TypeError: for a verifier key that is not a string.
             EvidenceError: if the log cannot be read.
         """
         trusted = [read_input(path, largest=MAX_NOTE_BYTES, what="signed note")
                    for path in _paths(trusted_checkpoints)]
         keys = verifier_key_strings(verifier_keys)
-        report = verify_ledger(self._book, keys, trusted, payloads=payloads)
+        witnesses = WitnessPolicy.from_keys(verifier_key_strings(witness_keys), min_witnesses)
+        report = verify_ledger(self._book, keys, trusted, payloads=payloads,
+                               witnesses=witnesses)
         report.notices.extend(pending_repair_notices(self._book))
         return report
 
@@ -540,20 +551,27 @@ class Ledger:
         return approve_call(EvidenceWriter(self._book), call_id, by=by, signer=key.signer,
                             reason=reason, run_id=run_id)
 
-    def checkpoint(self, keys: SigningKey | Sequence[SigningKey]) -> StoredCheckpoint:
+    def checkpoint(self, keys: SigningKey | Sequence[SigningKey], *,
+                   witnesses: Sequence[Witness] = ()) -> StoredCheckpoint:
         """Sign the current tree head as a C2SP checkpoint (one signature line per key; the
-        first key's name is the origin), store it in ``checkpoints/`` and return it.
+        first key's name is the origin), have each witness cosign it (c2sp.org/tlog-witness),
+        store it in ``checkpoints/`` with the cosignatures obtained, and return it.
+
+        A witness that refuses or cannot be reached leaves no cosignature; the checkpoint
+        is stored all the same, and its ``witnesses`` say what each one answered.
 
         Raises:
-            UsageError: for no key, a key kept inside the ledger directory, or an origin
-                that differs from the stored checkpoints'.
+            UsageError: for no key, a key kept inside the ledger directory, an origin
+                that differs from the stored checkpoints', or a witness key that is not a
+                cosignature key.
             EvidenceError: if the log is damaged or does not extend the latest checkpoint.
         """
         keys = signing_keys(keys)
         self._book.require_exists()  # a checkpoint signs a log
         for key in keys:
             refuse_key_inside(self.directory, key.path)
-        return create_checkpoint(self._book, [key.signer for key in keys])
+        return create_checkpoint(self._book, [key.signer for key in keys],
+                                 witnesses=witnesses)
 
     def prove(
         self,

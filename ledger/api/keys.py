@@ -24,6 +24,7 @@ from evidence_ledger.storage.keys import (
     load_signer,
     verifier_key_path,
 )
+from evidence_ledger.tlog.cosignature import Cosigner
 from evidence_ledger.tlog.note import Signer
 
 __all__ = ["SigningKey", "signing_keys", "verifier_keys"]
@@ -87,6 +88,13 @@ class SigningKey:
         take one (securesystemslib, cosign, openssl)."""
         key = Ed25519PublicKey.from_public_bytes(self._signer.verifier.public_key)
         return key.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode("ascii")
+
+    @property
+    def witness_key(self) -> str:
+        """This key's cosignature verifier key (type 0x04, c2sp.org/tlog-cosignature): what
+        logs and verifiers name a witness serving with this key by (``--witness``,
+        ``--witness-key``). Its key ID differs from :attr:`verifier_key`'s."""
+        return Cosigner(self._signer).verifier.vkey
 
     @property
     def signer(self) -> Signer:

@@ -1,5 +1,5 @@
-"""Checks that need no ledger: a proof bundle, a signed checkpoint, an export, a session
-store.
+"""Checks that need no ledger: a proof bundle, a signed checkpoint and its witnesses'
+cosignatures, an export, a session store.
 
 Each takes the evidence as bytes or as the path of its file (an export: its directory),
 and verifier keys as C2SP strings. Verifying a bundle or a checkpoint imports only the pure
@@ -17,18 +17,31 @@ from evidence_ledger.api.extras import load
 from evidence_ledger.api.keys import verifier_keys as _strings
 from evidence_ledger.bundle.verify import MAX_BUNDLE_BYTES, VerifiedBundle
 from evidence_ledger.bundle.verify import verify_bundle as _verify_bundle
+from evidence_ledger.format.errors import UsageError
 from evidence_ledger.sessions.report import ScanReport, scan_store
 from evidence_ledger.sessions.stores import MESSAGES_TABLE
 from evidence_ledger.storage.files import read_input
 from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
 from evidence_ledger.tlog.checkpoint import verify_checkpoint as _verify_checkpoint
+from evidence_ledger.tlog.cosignature import (
+    QuorumError,
+    WitnessPolicy,
+    WitnessQuorum,
+    check_quorum,
+)
 from evidence_ledger.tlog.note import MAX_NOTE_BYTES, Verifier
 
 if TYPE_CHECKING:
     from evidence_ledger.api.handle import Ledger, Progress
     from evidence_ledger.index.export_check import ExportCheck
 
-__all__ = ["scan_sessions", "verify_bundle", "verify_checkpoint", "verify_export"]
+__all__ = [
+    "check_witnesses",
+    "scan_sessions",
+    "verify_bundle",
+    "verify_checkpoint",
+    "verify_export",
+]
 
 _HEAD = 4096
 """Bytes of a bundle file read first: one that does not start as a JSON object there is
@@ -133,6 +146,40 @@ def verify_export(
         directory, verifiers, None if ledger is None else LedgerDirectory(ledger.directory),
         progress=progress)
     return check
+
+
+def check_witnesses(
+    note: Evidence, witness_keys: str | Sequence[str], min_witnesses: int | None = None
+) -> WitnessQuorum:
+    """Check that a signed checkpoint carries valid cosignatures (c2sp.org/tlog-cosignature)
+    by at least ``min_witnesses`` of the witnesses' keys: the quorum that makes a split view
+    need every one of them to lie. Check the log's own signature first
+    (:func:`verify_checkpoint`); lines by other keys are ignored.
+
+    Args:
+        note: the signed note's bytes (at most 1 MiB), or its path; e.g. a stored
+            checkpoint, or a bundle's ``checkpoint_note`` encoded.
+        witness_keys: the witnesses' cosignature verifier keys (type 0x04,
+            ``SigningKey.witness_key``; ``evidence-ledger witness key``).
+        min_witnesses: how many must have cosigned (default 1).
+
+    Returns:
+        The quorum: who cosigned, and when (POSIX seconds).
+
+    Raises:
+        QuorumError: (an EvidenceError, exit 1; rule ``witness_quorum``) if fewer than
+            ``min_witnesses`` cosigned, or a cosignature by a given key does not verify.
+        EvidenceError: for a malformed note or checkpoint.
+        UsageError: for no key, a malformed key, a minimum out of ``1..len(keys)``, or an
+            unreadable file.
+    """
+    policy = WitnessPolicy.from_keys(_strings(witness_keys), min_witnesses)
+    if policy is None:
+        raise UsageError("at least one witness key (--witness-key) is needed")
+    quorum = check_quorum(_bytes(note, MAX_NOTE_BYTES, "signed note"), policy)
+    if not quorum.ok:
+        raise QuorumError(quorum)
+    return quorum
 
 
 def scan_sessions(

@@ -10,15 +10,18 @@ signs two inconsistent checkpoints (c2sp.org/tlog-checkpoint). The store is
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 
 from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.record.witnessing import request_cosignatures
 from evidence_ledger.storage.checkpoint_store import CheckpointStore, StoredCheckpoint
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.log_proofs import checked_log_root
 from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint
 from evidence_ledger.tlog.note import Signer, parse_note, sign_note
+from evidence_ledger.tlog.witness_protocol import Witness
 from evidence_ledger.verify.findings import INTEGRITY
 from evidence_ledger.verify.records import Report, verify_records
 
@@ -66,11 +69,18 @@ def create_checkpoint(
     ledger: Ledger | str | os.PathLike[str] | None,
     signers: Sequence[Signer],
     head: Report | None = None,
+    witnesses: Sequence[Witness] = (),
 ) -> StoredCheckpoint:
-    """Sign the ledger's current tree head with every signer and store it.
+    """Sign the ledger's current tree head with every signer, have it cosigned by the
+    witnesses, and store it.
 
     The origin is the first signer's name (and must match the origin of the stored
     checkpoints). Refuses to sign unless the tree extends the latest stored checkpoint.
+    The checkpoint is stored with the log's signatures and then the cosignature line of
+    every witness that cosigned, in the order given (:mod:`evidence_ledger.record.witnessing`);
+    one that refused or failed leaves no line, and says why in ``witnesses``. It is
+    stored all the same: the log signed it, and a checkpoint short of its witnesses is
+    what ``verify --min-witnesses`` reports (rule ``witness_quorum``).
 
     Args:
         ledger: the ledger or its directory.
@@ -81,9 +91,11 @@ def create_checkpoint(
             at the latest stored checkpoint's size): its tree head is signed, saving a second pass
             over the log. None (or a report without that root): the head is computed from the log
             here.
+        witnesses: witnesses to ask for cosignatures (none: the log's signatures only).
 
     Returns:
-        The stored checkpoint; ``data`` is the signed note exactly as stored.
+        The stored checkpoint; ``data`` is the signed note exactly as stored, ``witnesses``
+        what each witness answered.
 
     Raises:
         UsageError: if there is no ledger, no key, or the origin differs from the
@@ -117,8 +129,12 @@ def create_checkpoint(
                 f"checkpoint {latest.number if latest else 0} (tree size {previous.size}); "
                 "it was rolled back or rewritten (run verify)"
             )
-        body = Checkpoint(origin, report.tree_size, report.root_hash).to_text()
-        return store.append(sign_note(body, signers))
+        checkpoint = Checkpoint(origin, report.tree_size, report.root_hash)
+        note = sign_note(checkpoint.to_text(), signers)
+        results = request_cosignatures(store.ledger, note, checkpoint, witnesses)
+        lines = "".join(r.cosignature for r in results if r.cosignature is not None)
+        stored = store.append(note + lines.encode("utf-8"))
+        return dataclasses.replace(stored, witnesses=tuple(results))
 
 
 def sign_tree_head(

@@ -31,6 +31,7 @@ from evidence_ledger.storage.fsutil import (
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint
 from evidence_ledger.tlog.note import MAX_NOTE_BYTES, parse_note
+from evidence_ledger.tlog.witness_protocol import WitnessResult
 
 __all__ = ["CHECKPOINT_DIR", "CheckpointStore", "StoredCheckpoint"]
 
@@ -47,11 +48,14 @@ class StoredCheckpoint:
         number: its number (1-based, from the file name).
         path: the file.
         data: its bytes (a signed note, not yet verified).
+        witnesses: what each witness asked to cosign it said (only on the checkpoint
+            just signed; its ``data`` carries the cosignatures obtained).
     """
 
     number: int
     path: Path
     data: bytes
+    witnesses: tuple[WitnessResult, ...] = ()
 
     @property
     def checkpoint(self) -> Checkpoint:

@@ -68,6 +68,7 @@ __all__ = [
     "key_id",
     "open_note",
     "parse_note",
+    "parse_vkey",
     "sign_note",
 ]
 
@@ -143,6 +144,59 @@ def _key_label(vkey: str) -> str:
     name = vkey.split("+", 1)[0]
     return repr(name[:64] + "+…" if "+" in vkey else name[:64])
 
+def parse_vkey(vkey: str, sig_type: int, hint: str = "") -> tuple[str, int, bytes]:
+    """Parse a C2SP verifier key of an Ed25519 signature type (c2sp.org/signed-note
+    §Verifier keys): ``name+hex8(keyid)+base64(sig_type || 32-byte public key)``.
+
+    Args:
+        vkey: the key string.
+        sig_type: the signature type byte wanted (0x01 note signatures, 0x04
+            c2sp.org/tlog-cosignature Ed25519 cosignatures).
+        hint: appended to the message for a key of another type (what to pass instead).
+
+    Returns:
+        ``(name, key ID, 32-byte public key)``.
+
+    Raises:
+        KeyFormatError: if the string is malformed, of another type, or its key ID does not
+            match the name and key (never naming the key material).
+    """
+    if vkey.startswith("PRIVATE+KEY+"):
+        raise KeyFormatError(
+            "that is a PRIVATE key string (not shown), not a verifier key; pass the "
+            "verifier key that keygen printed"
+        )
+    label = _key_label(vkey)
+    parts = vkey.split("+", 2)
+    if len(parts) != 3:
+        raise KeyFormatError(f"verifier key {label} is not name+keyid+key")
+    name, hash16, key64 = parts
+    if not is_valid_name(name):
+        raise KeyFormatError(f"verifier key {label}: invalid key name {name!r}")
+    if not _HEX8.fullmatch(hash16):
+        raise KeyFormatError(f"verifier key {label}: key ID {hash16!r} is not 8 hex digits")
+    try:
+        key = _b64decode(key64)
+    except ValueError as exc:
+        raise KeyFormatError(f"verifier key {label}: key is {exc}") from exc
+    if not key or key[0] != sig_type:
+        alg = f"0x{key[0]:02x}" if key else "missing"
+        raise KeyFormatError(
+            f"verifier key {label}: signature type {alg}, want 0x{sig_type:02x}{hint}"
+        )
+    if len(key) != 33:
+        raise KeyFormatError(
+            f"verifier key {label}: Ed25519 key is {len(key) - 1} bytes, want 32"
+        )
+    got = int(hash16, 16)
+    want = key_id(name, key[1:], sig_type)
+    if got != want:
+        raise KeyFormatError(
+            f"verifier key {label}: key ID {got:08x} does not match the key, want {want:08x}"
+        )
+    return name, want, key[1:]
+
+
 @dataclass(frozen=True)
 class Verifier:
     """An Ed25519 verifier key.
@@ -165,38 +219,7 @@ class Verifier:
             KeyFormatError: if the string is malformed, the type is not Ed25519, or the
                 key ID does not match the name and key.
         """
-        if vkey.startswith("PRIVATE+KEY+"):
-            raise KeyFormatError(
-                "that is a PRIVATE key string (not shown), not a verifier key; pass the "
-                "verifier key that keygen printed"
-            )
-        label = _key_label(vkey)
-        parts = vkey.split("+", 2)
-        if len(parts) != 3:
-            raise KeyFormatError(f"verifier key {label} is not name+keyid+key")
-        name, hash16, key64 = parts
-        if not is_valid_name(name):
-            raise KeyFormatError(f"verifier key {label}: invalid key name {name!r}")
-        if not _HEX8.fullmatch(hash16):
-            raise KeyFormatError(f"verifier key {label}: key ID {hash16!r} is not 8 hex digits")
-        try:
-            key = _b64decode(key64)
-        except ValueError as exc:
-            raise KeyFormatError(f"verifier key {label}: key is {exc}") from exc
-        if not key or key[0] != SIG_ED25519:
-            alg = f"0x{key[0]:02x}" if key else "missing"
-            raise KeyFormatError(f"verifier key {label}: signature type {alg}, want 0x01")
-        if len(key) != 33:
-            raise KeyFormatError(
-                f"verifier key {label}: Ed25519 key is {len(key) - 1} bytes, want 32"
-            )
-        got = int(hash16, 16)
-        want = key_id(name, key[1:])
-        if got != want:
-            raise KeyFormatError(
-                f"verifier key {label}: key ID {got:08x} does not match the key, want {want:08x}"
-            )
-        return cls(name, want, key[1:])
+        return cls(*parse_vkey(vkey, SIG_ED25519))
 
     @property
     def vkey(self) -> str:

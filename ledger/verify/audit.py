@@ -21,7 +21,9 @@ from evidence_ledger.storage.checkpoint_store import CheckpointStore
 from evidence_ledger.storage.foreign import foreign_files
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.payloads import PayloadStore
+from evidence_ledger.tlog.cosignature import WitnessPolicy
 from evidence_ledger.verify import checkpoint_audit
+from evidence_ledger.verify.findings import WITNESS_QUORUM
 from evidence_ledger.verify.records import Report, verify_records
 
 
@@ -58,6 +60,7 @@ def verify_ledger(
     verifier_keys: Sequence[str] = (),
     trusted_checkpoints: Sequence[bytes] = (),
     payloads: bool | AbstractSet[bytes] = True,
+    witnesses: WitnessPolicy | None = None,
 ) -> Report:
     """Read ``ledger`` once and verify it, and its stored and trusted checkpoints.
 
@@ -71,6 +74,8 @@ def verify_ledger(
         payloads: re-hash every payload file against its digest (False: skip them,
             e.g. for a quick structural check of a large ledger; a set of 32-byte
             digests: only those, as ``prove`` does for the entries it bundles).
+        witnesses: the witnesses whose cosignatures the latest stored checkpoint must
+            carry, and how many (rule ``witness_quorum``); None: not checked.
 
     Raises:
         UsageError: if the directory holds no log, or a verifier key is malformed.
@@ -90,7 +95,7 @@ def verify_ledger(
     if audit is not None:
         report.notices.extend(audit.notices())
     findings = checkpoint_audit.check_checkpoints(
-        ledger, verifier_keys, trusted_checkpoints, tree=report
+        ledger, verifier_keys, trusted_checkpoints, tree=report, witnesses=witnesses
     )
     report.violations.extend(f.to_finding() for f in findings)
     stored = len(CheckpointStore(ledger).files()[0])
@@ -111,4 +116,6 @@ def verify_ledger(
             f"{len(foreign)} file(s) in the ledger directory that the ledger did not write "
             f"(never read as evidence): {', '.join(foreign[:5])}{more}")
     report.rules = report.rules + checkpoint_audit.RULES
+    if witnesses is not None:
+        report.rules = (*report.rules, WITNESS_QUORUM)
     return report

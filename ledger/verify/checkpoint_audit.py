@@ -29,6 +29,11 @@ or raised for a violation). Rules:
 ``append_only``
     the ledger was rolled back below a trusted checkpoint (fewer entries than its
     size) or forked from it (another root at its size).
+``witness_quorum``
+    (only with a witness policy) the latest stored checkpoint carries fewer valid
+    cosignatures by the given witness keys than wanted, or a failing one, or there is no
+    stored checkpoint to carry them. Older checkpoints need none: the latest one commits
+    to every entry before it, and the log is checked to extend the older ones.
 
 Two checkpoints whose roots both equal roots recomputed from the same log are
 consistent by construction (RFC 9162 §2.1.4: a consistency proof exists between any
@@ -49,6 +54,7 @@ import itertools
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from evidence_ledger.format.errors import EvidenceError, UsageError
@@ -56,9 +62,10 @@ from evidence_ledger.format.framing import Damage, TornTail
 from evidence_ledger.storage.checkpoint_store import CheckpointStore
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
+from evidence_ledger.tlog.cosignature import WitnessPolicy, check_quorum
 from evidence_ledger.tlog.merkle import EMPTY_ROOT, CompactRange, leaf_hash
 from evidence_ledger.tlog.note import MalformedNoteError, NoteError, Verifier, open_note, parse_note
-from evidence_ledger.verify.findings import CHECKPOINT_RULES, Finding
+from evidence_ledger.verify.findings import CHECKPOINT_RULES, WITNESS_QUORUM, Finding
 
 __all__ = [
     "RULES",
@@ -233,11 +240,31 @@ def _against_log(cp: Checkpoint, roots: LogRoots) -> tuple[bool, bytes | None]:
     return False, None if root == cp.root else root
 
 
+def _witness_findings(store: CheckpointStore, numbered: Sequence[tuple[int, Path]],
+                      witnesses: WitnessPolicy) -> list[CheckpointFinding]:
+    """The ``witness_quorum`` finding of the latest stored checkpoint, if it falls short."""
+    if not numbered:
+        return [CheckpointFinding(
+            WITNESS_QUORUM, "no stored checkpoint carries cosignatures: sign one with "
+            "`evidence-ledger checkpoint --witness URL=VKEY`")]
+    number, path = numbered[-1]
+    try:
+        quorum = check_quorum(store.read(number, path).data, witnesses)
+    except EvidenceError as exc:  # reported as checkpoint_format above
+        return [CheckpointFinding(WITNESS_QUORUM, f"checkpoint {number} unreadable: {exc}",
+                                  checkpoint=number)]
+    if quorum.ok:
+        return []
+    return [CheckpointFinding(WITNESS_QUORUM, f"checkpoint {number}: {quorum.describe()}",
+                              checkpoint=number, tree_size=quorum.tree_size)]
+
+
 def check_checkpoints(
     ledger_dir: Ledger | str | os.PathLike[str] | None,
     verifier_keys: Sequence[str],
     trusted_checkpoint_texts: Sequence[bytes],
     tree: LogRoots | None = None,
+    witnesses: WitnessPolicy | None = None,
 ) -> list[CheckpointFinding]:
     """Check every stored checkpoint, and the trusted ones, against the log.
 
@@ -258,6 +285,8 @@ def check_checkpoints(
         tree: roots of the log's tree; by default recomputed from ``log.bin`` in one
             pass (see :func:`recompute_roots`). Pass a :class:`RootRecorder` fed during
             your own pass over the log to avoid a second read.
+        witnesses: the witness keys and quorum the latest stored checkpoint must meet
+            (rule ``witness_quorum``); None: cosignatures are not checked.
 
     Returns:
         ``list[CheckpointFinding]``, empty when everything checks out: stored checkpoints first
@@ -345,6 +374,9 @@ def check_checkpoints(
             )
             continue
         parsed.append(_Parsed(number, cp))
+
+    if witnesses is not None:
+        findings.extend(_witness_findings(store, numbered, witnesses))
 
     trusted: list[tuple[int, Checkpoint]] = []
     for position, text in enumerate(trusted_checkpoint_texts, 1):

@@ -69,6 +69,12 @@ CHECKPOINT_RULES = (
 so the
 offline bundle verifier, which reads no storage code, knows them too."""
 
+WITNESS_QUORUM = "witness_quorum"
+"""The latest stored checkpoint carries fewer valid cosignatures by the witness keys given
+than wanted, or one of theirs fails (``verify --witness-key ... --min-witnesses N``,
+:mod:`evidence_ledger.tlog.cosignature`): nobody independent vouches that no other branch
+of the log was shown to someone else. Checked only when witness keys are given."""
+
 
 @dataclass(frozen=True)
 class Finding:
