@@ -528,3 +528,18 @@ def test_context_calls_of_a_call_bundle_say_they_lie_outside_the_selection(demo,
                    demo.key.verifier_key, "--out", str(out)).code == 0
     page = out.read_text()
     assert "outside the selection" in page and "no call entry" not in page
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_force_never_replaces_what_is_not_a_regular_file(demo, tmp_path, kind):
+    # a breaker turned /dev/full into a regular file with `report --out /dev/full --force`
+    out = tmp_path / "out.html"
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:
+        (tmp_path / "elsewhere.html").write_text("mine")
+        out.symlink_to(tmp_path / "elsewhere.html")
+    done = run_cli("report", "--ledger", str(demo.ledger.directory), "--all", "--out",
+                   str(out), "--force")
+    assert done.code == 2 and "is not a regular file" in done.err, done.err
+    assert out.is_fifo() if kind == "fifo" else out.is_symlink()

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+import evidence_ledger as el
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.payloads import PayloadStore
 from tests.helpers import ingest, run_cli
 
 CLI = [sys.executable, "-m", "evidence_ledger.cli.main"]
@@ -327,3 +329,24 @@ def test_prove_markdown_shows_the_bundled_values(tmp_path):
     assert '<br>`{"path":"/tmp/a"}`' in with_values.out and "<br>`deleted`" in with_values.out
     digests_only = run_cli(*args, "--out", str(tmp_path / "b.json"))
     assert digests_only.code == 0 and "<br>" not in digests_only.out
+
+
+def test_raw_bytes_that_change_after_the_check_end_in_exit_1(tmp_path, monkeypatch):
+    # a breaker moved other bytes over the payload between the check and the stream:
+    # exit 0 with "EVIL BYTES" on stdout
+    ledger = tmp_path / "ledger"
+    data = b'{"amount": 1}'
+    EvidenceWriter(Ledger(ledger)).call(run_id="r", call_id="c", agent="a", tool="t",
+                                        arguments=data.decode())
+    book = el.Ledger(ledger)
+    real_open = PayloadStore.open
+
+    def swapped(store, digest):  # the file replaced just after value() checked it
+        store.path_for(digest).write_bytes(b"EVIL BYTES")
+        return real_open(store, digest)
+
+    monkeypatch.setattr(PayloadStore, "open", swapped)
+    with pytest.raises(el.EvidenceError, match="changed while it was read"), \
+            book.open_payload(_hex(data)[:8]) as stream:
+        while stream.read(4):
+            pass

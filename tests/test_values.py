@@ -3,6 +3,8 @@ values, value diffs."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from evidence_ledger.format.entries import Entry
@@ -146,3 +148,22 @@ def test_a_value_that_cannot_be_shown_previews_as_what_it_is():
     assert Value(A, "damaged").preview(20) == "damaged: the stored…"
     assert Value(A, "unrecorded").to_json() == {"digest": "sha256:" + A.hex(),
                                                 "state": "unrecorded"}
+
+
+def test_values_cut_short_are_never_called_equal():
+    # a breaker's two 7.9 MB arguments differing past the first MiB read "equal as JSON"
+    from evidence_ledger.verify.findings import Finding
+    big = b'{"xs": [' + b"0," * PREVIEW_BYTES
+    finding = Finding("argument_integrity", 1, "differs", compared=(A, B))
+    diff = ValueDiff.of(finding, Value.of(A, big + b"1]}", {}), Value.of(B, big + b"7]}", {}))
+    assert diff.lines == ()
+    assert diff.summary() == [f"called: {PREVIEW_BYTES}+ bytes, too large to compare",
+                              f"executed: {PREVIEW_BYTES}+ bytes, too large to compare"]
+
+
+def test_a_lone_surrogate_escape_is_shown_as_its_escape_never_crashes_output():
+    # a breaker's ingested arguments {"a": "\ud800"} crashed verify, trace and show
+    raw = b'{"a": "\\ud800"}'
+    value = Value.of(A, raw, {})
+    assert value.parsed() == raw.decode()
+    assert json.dumps(value.to_json(), ensure_ascii=False).encode("utf-8")

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from evidence_ledger.api.extras import load
 from evidence_ledger.api.keys import SigningKey, signing_keys
@@ -55,6 +55,7 @@ from evidence_ledger.verify.compare import (
 from evidence_ledger.verify.findings import Finding
 from evidence_ledger.verify.records import Report
 from evidence_ledger.views.payloads import (
+    CheckedReader,
     payload_digest,
     value_by_prefix,
     values_for_findings,
@@ -236,8 +237,9 @@ class Ledger:
     def open_payload(self, digest: str) -> Iterator[BinaryIO]:
         """The payload file a digest (or a unique prefix of one) names, open for binary
         reading, to be streamed whole (``show --raw``); closed on leaving the context. A
-        prefix takes one pass over the log. Bytes are not checked against the digest here
-        (:meth:`value` and ``verify`` do).
+        prefix takes one pass over the log. The bytes are hashed as they are read: the
+        read that reaches the end raises :class:`EvidenceError` when they do not have the
+        digest (changed since :meth:`value` checked them).
 
         Raises:
             UsageError: for a malformed or ambiguous digest, or one no payload file holds
@@ -249,7 +251,7 @@ class Ledger:
         if fd is None:
             raise UsageError(f"no payload file holds sha256:{found.hex()}")
         with reading(fd) as stream:
-            yield stream
+            yield cast(BinaryIO, CheckedReader(stream, found))
 
     def violation_values(self, findings: Sequence[Finding], *, trace: CallTrace | None = None,
                          ) -> list[ValueDiff | None]:

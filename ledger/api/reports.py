@@ -148,12 +148,16 @@ def _target(out: str | os.PathLike[str], force: bool) -> Path:
     """The output path, checked before anything is read.
 
     Raises:
-        UsageError: if it exists (unless ``force``), is a directory, or its directory
-            does not exist.
+        UsageError: if it exists (unless ``force``, and then only a regular file is
+            replaced: never a device, FIFO, socket or symlink), is a directory, or its
+            directory does not exist.
     """
     target = Path(out)
     if target.is_dir():
         raise UsageError(f"{target} is a directory; --out names the HTML file to write")
+    if (force and target.is_symlink()) or (target.exists() and not target.is_file()):
+        raise UsageError(f"{target} is not a regular file; --force replaces only a report "
+                         "file written before")
     if not force and (target.exists() or target.is_symlink()):
         raise UsageError(f"{target} exists; choose another --out, or pass --force to "
                          "replace it")

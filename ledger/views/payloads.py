@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from evidence_ledger.format.entries import PAYLOAD_FIELDS, Entry
 from evidence_ledger.format.errors import EvidenceError, UsageError
@@ -264,3 +265,34 @@ def payload_digest(book: Ledger, text: str) -> bytes:
         return bytes.fromhex(prefix)
     named = _scan(book, prefix)
     return pick_digest(prefix, [*named.payloads, *_stored(book.payloads, prefix)])
+
+
+class CheckedReader:
+    """A payload file read to its end, hashed as it is read: the read that reaches the end
+    raises when the bytes read do not have the payload's digest (the file was changed or
+    replaced since it was checked, or is damaged), so nothing streamed passes for the
+    payload unnoticed.
+
+    Args:
+        stream: the payload file, open for binary reading.
+        digest: its 32-byte SHA-256.
+    """
+
+    def __init__(self, stream: BinaryIO, digest: bytes) -> None:
+        self._stream = stream
+        self._digest = digest
+        self._hash = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes (all that is left when negative); b"" at the end.
+
+        Raises:
+            EvidenceError: at the end, if the bytes read do not hash to the digest.
+        """
+        chunk = self._stream.read(size)
+        self._hash.update(chunk)
+        if (not chunk or size < 0) and self._hash.digest() != self._digest:
+            raise EvidenceError(
+                f"payload sha256:{self._digest.hex()} changed while it was read: the "
+                "bytes written do not match its digest (run verify)")
+        return chunk

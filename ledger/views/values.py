@@ -168,16 +168,21 @@ class Value:
         return "sha256:" + self.digest.hex()
 
     def parsed(self) -> Any:
-        """The payload as JSON when it is a whole strict-JSON UTF-8 document, else its
-        text (invalid UTF-8 replaced), else None when there are no bytes."""
+        """The payload as JSON when it is a whole strict-JSON UTF-8 document whose strings
+        are Unicode text, else its text (invalid UTF-8 replaced; a ``\\ud800`` escape of a
+        lone surrogate, which no output can encode, stays the escape it is), else None when
+        there are no bytes."""
         if self.data is None:
             return None
         text = self.data.decode("utf-8", errors="replace")
         if not self.cut:
             try:
-                return parse_strict_json(text)
-            except (ValueError, RecursionError):
+                value = parse_strict_json(text)
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
                 pass
+            else:
+                return value
         return text
 
     def describe(self) -> str:
@@ -251,8 +256,8 @@ class ValueDiff:
            ) -> ValueDiff:
         """The diff of ``finding`` (whose ``compared`` is not None) given the two values
         read for its digests; at most ``max_lines`` diff lines."""
-        both = expected.state == got.state == "present"
-        lines = value_diff(expected.parsed(), got.parsed(), max_lines=max_lines) if both else []
+        whole = all(v.state == "present" and not v.cut for v in (expected, got))
+        lines = value_diff(expected.parsed(), got.parsed(), max_lines=max_lines) if whole else []
         return cls(finding.rule, expected, got, tuple(lines))
 
     @property
@@ -265,9 +270,10 @@ class ValueDiff:
         side is (``shown to the approver: redacted by bob at seq 9: ...``)."""
         if self.lines:
             return list(self.lines)
-        return [f"{role}: {value.describe() if value.state != 'present' else value.text}"
+        return [f"{role}: " + (f"{value.describe()}, too large to compare" if value.cut
+                               else value.describe())
                 for role, value in zip(self.roles, (self.expected, self.got), strict=True)
-                if value.state != "present"] or ["the two values are equal as JSON"]
+                if value.state != "present" or value.cut] or ["the two values are equal as JSON"]
 
     def to_json(self) -> dict[str, Any]:
         """``{"expected": {"role", **Value.to_json()}, "got": {...}, "diff": [line]}``."""
