@@ -25,37 +25,17 @@ from pathlib import Path
 
 from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint
 from evidence_ledger.tlog.cosignature import CosignatureVerifier
-from evidence_ledger.tlog.merkle import leaf_hash, node_hash
+from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.note import NoteSignature, Signer, parse_note, sign_note
 from evidence_ledger.tlog.witness_protocol import format_add_checkpoint, parse_size_body
 
 from .helpers import run_cli
+from .test_proofs import naive_mth, naive_proof
 
 KILLS = 100
 ORIGIN = "log.example/forked"
 ORIGIN_HASH = hashlib.sha256(ORIGIN.encode()).hexdigest()
 CLI = [sys.executable, "-m", "evidence_ledger.cli.main"]
-
-
-def _mth(leaves: list[bytes]) -> bytes:
-    """RFC 6962 §2.1 MTH (this file's own)."""
-    if not leaves:
-        return hashlib.sha256(b"").digest()
-    if len(leaves) == 1:
-        return leaves[0]
-    k = 1 << ((len(leaves) - 1).bit_length() - 1)
-    return node_hash(_mth(leaves[:k]), _mth(leaves[k:]))
-
-
-def _subproof(m: int, leaves: list[bytes], complete: bool) -> list[bytes]:
-    """RFC 6962 §2.1.2 SUBPROOF(m, D[n], b)."""
-    n = len(leaves)
-    if m == n:
-        return [] if complete else [_mth(leaves)]
-    k = 1 << ((n - 1).bit_length() - 1)
-    if m <= k:
-        return [*_subproof(m, leaves[:k], complete), _mth(leaves[k:])]
-    return [*_subproof(m - k, leaves[k:], False), _mth(leaves[:k])]
 
 
 class _Client:
@@ -95,9 +75,9 @@ class _Client:
         keep = held - 1 if fork else held
         leaves = self.trunk[:keep] + self._fresh(held + grow - keep)
         size = len(leaves)
-        root = _mth(leaves)
+        root = naive_mth(leaves)
         note = sign_note(Checkpoint(ORIGIN, size, root).to_text(), [self.log])
-        proof = [] if held in (0, size) else _subproof(held, leaves, True)
+        proof = [] if held in (0, size) else naive_proof(held, leaves)
         if not fork:
             self.sent[root] = leaves
         status, body = self._ask(port, "POST", "/add-checkpoint",

@@ -11,7 +11,7 @@ import pytest
 
 from evidence_ledger.format.errors import UsageError
 from evidence_ledger.tlog.checkpoint import Checkpoint
-from evidence_ledger.tlog.merkle import EMPTY_ROOT, leaf_hash, node_hash
+from evidence_ledger.tlog.merkle import EMPTY_ROOT, leaf_hash
 from evidence_ledger.tlog.note import Signer, sign_note
 from evidence_ledger.tlog.witness_protocol import (
     MalformedRequestError,
@@ -21,6 +21,7 @@ from evidence_ledger.tlog.witness_protocol import (
     parse_add_checkpoint,
     parse_size_body,
 )
+from tests.test_proofs import naive_mth, naive_proof
 
 SPEC_BODY = """The request body MUST be a sequence of
   - an old size line,
@@ -64,50 +65,29 @@ LOG = Signer("log.example/a", hashlib.sha256(b"log").digest())
 OTHER = Signer("log.example/a", hashlib.sha256(b"other").digest())
 
 
-def _mth(leaves: list[bytes]) -> bytes:
-    """RFC 6962 §2.1 MTH, recursively (this file's own)."""
-    if not leaves:
-        return hashlib.sha256(b"").digest()
-    if len(leaves) == 1:
-        return leaves[0]
-    k = 1 << ((len(leaves) - 1).bit_length() - 1)
-    return node_hash(_mth(leaves[:k]), _mth(leaves[k:]))
-
-
-def _subproof(m: int, leaves: list[bytes], complete: bool) -> list[bytes]:
-    """RFC 6962 §2.1.2 SUBPROOF(m, D[n], b)."""
-    n = len(leaves)
-    if m == n:
-        return [] if complete else [_mth(leaves)]
-    k = 1 << ((n - 1).bit_length() - 1)
-    if m <= k:
-        return [*_subproof(m, leaves[:k], complete), _mth(leaves[k:])]
-    return [*_subproof(m - k, leaves[k:], False), _mth(leaves[:k])]
-
-
 A = [leaf_hash(b"a%d" % i) for i in range(20)]
 B = A[:5] + [leaf_hash(b"b%d" % i) for i in range(15)]  # a fork after 5 leaves
 
 
 def _note(leaves: list[bytes], size: int, signer: Signer = LOG) -> bytes:
-    text = Checkpoint("log.example/a", size, _mth(leaves[:size])).to_text()
+    text = Checkpoint("log.example/a", size, naive_mth(leaves[:size])).to_text()
     return sign_note(text, [signer])
 
 
 def _request(old: int, leaves: list[bytes], size: int, proof: list[bytes] | None = None,
              signer: Signer = LOG):
     if proof is None:
-        proof = [] if old in (0, size) else _subproof(old, leaves[:size], True)
+        proof = [] if old in (0, size) else naive_proof(old, leaves[:size])
     return parse_add_checkpoint(format_add_checkpoint(old, proof, _note(leaves, size, signer)))
 
 
 def _held(leaves: list[bytes], size: int) -> Checkpoint:
-    return Checkpoint("log.example/a", size, _mth(leaves[:size]))
+    return Checkpoint("log.example/a", size, naive_mth(leaves[:size]))
 
 
 def test_a_request_body_round_trips_in_the_spec_form():
     assert "an old size line" in SPEC_BODY and "NOT send more than 63" in SPEC_BODY
-    proof = _subproof(7, A[:13], True)
+    proof = naive_proof(7, A[:13])
     body = format_add_checkpoint(7, proof, _note(A, 13))
     head = body.split(b"\n\n", 1)[0].decode().split("\n")
     assert head == ["old 7", *(base64.b64encode(h).decode() for h in proof)]
