@@ -79,3 +79,14 @@ def test_a_changed_copy_of_the_signature_fails_though_the_other_verifies(bundle)
     path.write_text(json.dumps(doc, indent=2) + "\n")
     result = run_cli("verify-proof", str(path), "--verifier-key", vkey)
     assert result.code == 1 and "the envelope was changed" in result.err, result.err
+
+
+def test_another_signers_signature_beside_ours_is_left_alone(bundle):
+    # a trial added a third signature, by another key, with an empty key id: exit 1
+    path, vkey = bundle
+    doc = json.loads(path.read_text())
+    forged = dict(doc["signatures"][1], sig=base64.b64encode(bytes(64)).decode())
+    doc["signatures"].append(forged)  # an empty key id that no given key verifies
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    result = run_cli("verify-proof", str(path), "--verifier-key", vkey)
+    assert result.code == 0, result.err

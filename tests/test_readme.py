@@ -106,7 +106,7 @@ def _known() -> frozenset[str]:
 def _options(command: str) -> frozenset[str]:
     """The options ``evidence-ledger COMMAND --help`` lists (COMMAND may be ``GROUP SUB``),
     with the global ones."""
-    found = frozenset(HELP_OPTION.findall(_help(*command.split())))
+    found = frozenset(_listed(_help(*command.split())))
     assert "--help" in found, _help(*command.split())
     return found | _global_options()
 

@@ -11,7 +11,9 @@ import hashlib
 import http.client
 import json
 import socket
+import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 import evidence_ledger as el
+import evidence_ledger.api.witness as witness_api
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.tlog.note import sign_note
 from evidence_ledger.tlog.witness_protocol import format_add_checkpoint
@@ -332,3 +335,27 @@ def test_monitor_of_a_file_stops_at_a_fork_or_a_rollback(keys, tmp_path):
                                    report=publish)
         root = base64.b64encode(el.Ledger(book).consistency_proof(21, 21).root1).decode()
         assert seen == [f"published.note: tree size 21, root {root} (the first seen)"]
+
+
+def test_a_slow_dripping_client_is_cut_and_a_vanished_one_costs_one_line(keys, tmp_path,
+                                                                         monkeypatch, capfd):
+    # a trial held every slot with clients sending one byte every 4 s (each byte restarted
+    # the 10 s time-out), and clients gone before their answer printed tracebacks
+    monkeypatch.setattr(witness_api, "CONNECTION_DEADLINE", 1.0)
+    with _serving(keys["w1"], keys["log_vkey"], tmp_path / "s1") as (w1, _):
+        port = int(w1.url.rsplit(":", 1)[1])
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port)) as drip:
+            drip.sendall(b"POST /add-checkpoint HTTP/1.1\r\n")
+            with contextlib.suppress(OSError):
+                while time.monotonic() - started < 5:
+                    drip.sendall(b"X")
+                    time.sleep(0.2)
+                    if drip.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) == b"":
+                        break
+        assert time.monotonic() - started < 3, "the dripping connection was never cut"
+        with socket.create_connection(("127.0.0.1", port)) as gone:
+            gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            gone.sendall(b"POST /add-checkpoint HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
+        time.sleep(0.5)
+    assert "Traceback" not in capfd.readouterr().err

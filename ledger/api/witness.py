@@ -10,9 +10,12 @@ that log, with the log's signatures and the cosignature (the spec's monitoring e
 
 Built on the standard library's ``http.server.ThreadingHTTPServer``: one thread per
 connection (at most :data:`MAX_CONNECTIONS`; more are closed at once), a socket time-out of
-:data:`REQUEST_TIMEOUT` seconds, HTTP/1.1 keep-alive. Requests for one log are taken one at
-a time (a lock per log), each read-check-cosign-store-answer, so no two requests are checked
-against the same old checkpoint (the spec's race). The state directory is held by one
+:data:`REQUEST_TIMEOUT` seconds, and a connection cut after :data:`CONNECTION_DEADLINE`
+seconds however it trickles in (a client sending a byte now and then holds a slot no
+longer), HTTP/1.1 keep-alive. A client gone before its answer costs one line on stderr.
+Requests for one log are taken one at a time (a lock per log), each
+read-check-cosign-store-answer, so no two requests are checked against the same old
+checkpoint (the spec's race). The state directory is held by one
 process (:mod:`evidence_ledger.storage.witness_state`).
 """
 
@@ -43,13 +46,22 @@ from evidence_ledger.tlog.witness_protocol import (
     parse_add_checkpoint,
 )
 
-__all__ = ["MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "REQUEST_TIMEOUT", "WitnessServer"]
+__all__ = [
+    "CONNECTION_DEADLINE",
+    "MAX_CONNECTIONS",
+    "MAX_REQUEST_BYTES",
+    "REQUEST_TIMEOUT",
+    "WitnessServer",
+]
 
 MAX_REQUEST_BYTES = 64 * 1024
 """Largest request body taken (bytes); a checkpoint with its proof is under 4 KiB."""
 REQUEST_TIMEOUT = 10.0
 """Seconds a connection may stay silent (mid-request or idle between requests)."""
-MAX_CONNECTIONS = 64
+CONNECTION_DEADLINE = 15.0
+"""Seconds a connection is served at most, from its first byte to its last (its requests
+take milliseconds; a slow-dripping client is cut)."""
+MAX_CONNECTIONS = 256
 """Connections served at once; one more is closed unanswered."""
 
 _Answer = tuple[int, str, bytes]  # status, content type, body
@@ -119,6 +131,22 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = REQUEST_TIMEOUT
     server: _Server
 
+    def setup(self) -> None:
+        super().setup()
+        self._deadline = threading.Timer(CONNECTION_DEADLINE, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        with contextlib.suppress(OSError):  # the client may be gone
+            super().finish()
+
+    def _cut(self) -> None:
+        """End a connection past :data:`CONNECTION_DEADLINE` (its reads then see EOF)."""
+        with contextlib.suppress(OSError):
+            self.request.shutdown(socket.SHUT_RDWR)
+
     def do_POST(self) -> None:
         if self.path != ADD_CHECKPOINT:
             self._answer((404, "text/plain; charset=utf-8", b"not found\n"))
@@ -185,6 +213,12 @@ class _Server(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line, never a traceback: mostly a client gone before its answer."""
+        error = sys.exc_info()[1]
+        what = f"{type(error).__name__}: {error}" if error is not None else "unknown error"
+        self.witness.log(f"{client_address[0]}: connection ended: {what}")
 
 
 def _stderr(line: str) -> None:

@@ -144,9 +144,10 @@ def check_envelope(envelope: Envelope, verifiers: Sequence[Verifier]) -> set[str
     """Verify the envelope's signatures with ``verifiers``, over the DSSE PAE. A ``keyid``
     is a hint (DSSE v1.0): a signature is tried with every given key whatever it says, and
     one whose keyid is empty, missing, or names a given key (its default key id or its C2SP
-    verifier key string) must verify with one of them, so that no byte of a signature the
-    ledger wrote can change unnoticed; a signature that names another key is another
-    signer's, and is left alone unless a given key verifies it. Threshold 1.
+    verifier key string) must verify with one of them, and so must one of those with an
+    empty or missing key id, so that no byte of a signature the ledger wrote can change
+    unnoticed; other signatures (naming another key, or a second one with an empty key id)
+    are another signer's, left alone unless a given key verifies them. Threshold 1.
 
     Returns:
         The verifier key strings (C2SP) whose signature verified.
@@ -159,16 +160,21 @@ def check_envelope(envelope: Envelope, verifiers: Sequence[Verifier]) -> set[str
     keys = [(verifier, dsse_key(verifier)) for verifier in verifiers]
     given = ", ".join(v.vkey for v in verifiers)
     accepted: set[str] = set()
-    failed: list[str] = []  # signatures that claim a given key (or any) and do not verify
+    failed: list[str] = []  # signatures that claim a given key and do not verify
     named = False  # one of them names a given key
+    unnamed_good = unnamed_bad = False  # signatures with an empty key id
     for signature in envelope.signatures.values():
         keyid = str(signature.keyid)
         good = {verifier.vkey for verifier, key in keys if _verifies(key, signature, pae)}
         names = any(keyid in (key.keyid, verifier.vkey) for verifier, key in keys)
-        if not good and (names or keyid == ""):
-            failed.append(_cut(keyid) or "(empty)")
-            named = named or names
+        if not good and names:
+            failed.append(_cut(keyid))
+            named = True
+        if keyid == "":
+            unnamed_good, unnamed_bad = unnamed_good or bool(good), unnamed_bad or not good
         accepted |= good
+    if unnamed_bad and not unnamed_good:  # our copy under no key id was changed
+        failed.append("(empty)")
     if not accepted and named:
         raise EnvelopeSignatureError(
             "the signature by the given key does not verify over the DSSE PAE")
