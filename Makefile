@@ -32,7 +32,7 @@ lint: $(STAMP)
 ## test: lint, type-check, the fast suite, then the SDK release matrix (cached venvs)
 test: lint
 	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -n 2 -m "not release_matrix"
-	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -m release_matrix
+	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -n 2 --dist loadfile -m release_matrix
 
 ## test-fast: lint and the fast suite only
 test-fast: lint

@@ -14,6 +14,7 @@ Also runnable: ``python tests/sdk_venvs.py 0.20.0 0.22.3`` builds those venvs.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -57,6 +58,13 @@ def cached_venv(venv: Path, requirements: list[str], editable: bool = True) -> P
     Raises:
         RuntimeError: if ``venv`` or ``pip`` fails (the message ends with its output).
     """
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "a") as lock:  # test workers build it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _built(venv, requirements, editable)
+
+
+def _built(venv: Path, requirements: list[str], editable: bool) -> Path:
     bin_dir, marker = venv / "bin", venv / MARKER
     digest = hashlib.sha256((REPO_ROOT / "pyproject.toml").read_bytes()).hexdigest()
     project = f"project {digest}" if editable else "project not installed"
@@ -69,7 +77,6 @@ def cached_venv(venv: Path, requirements: list[str], editable: bool = True) -> P
             marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
         return bin_dir
     shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
     run_checked([sys.executable, "-m", "venv", str(venv)])
     run_checked([*pip, *requirements])
     if editable:
