@@ -20,7 +20,8 @@ without payload re-hash (no payload is read).
 Ledgers are kept under ``.cache/bench/ledgers/<key>/<entries>`` where ``<key>`` hashes
 the source of this generator, the workload and the modules that define the format and
 the payload store: a second ``make bench`` reuses them, a change to any of those builds
-them afresh (older keys are discarded). Callers must not write into a cached ledger.
+them afresh (older keys are discarded). Callers must not write into a cached ledger:
+:func:`working_copy` gives a copy to write into (``make bench``'s shared ledgers).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import hashlib
 import inspect
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -197,6 +199,13 @@ def cached_ledger(count: int) -> Path:
         (work / "l").rename(target)
     print(f"wrote a {count:,}-entry ledger as frames in {time.perf_counter() - start:.0f} s "
           f"(cached: {target})", file=sys.stderr)
+    return target
+
+
+def working_copy(count: int, target: Path) -> Path:
+    """A copy at ``target`` (new) of the cached ledger of ``count`` entries, free to write
+    into (a full copy: a later store may append to any of its files)."""
+    shutil.copytree(cached_ledger(count), target, symlinks=True)
     return target
 
 
