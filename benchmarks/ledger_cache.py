@@ -11,7 +11,7 @@ chain, framed by :func:`evidence_ledger.format.framing.frame` in groups of
 
 Payloads go through the ledger's own store (:meth:`PayloadStore.put`, then
 :meth:`PayloadStore.sync` with the log, per group), so their layout stays the store's
-business. Up to :data:`PAYLOADS_UP_TO` entries only (``BENCH_PAYLOADS_UP_TO`` overrides):
+business. Up to :data:`PAYLOADS_UP_TO` entries only:
 in the layout of one file per payload, the 7.3 million payloads of 10^7 entries would
 take about 20 minutes and as many inodes. Entries past that point name their payloads'
 digests but the store does not hold them; the benchmarks that use such a ledger verify
@@ -41,7 +41,7 @@ from typing import Any
 import msgpack
 
 from benchmarks import workload
-from benchmarks.common import SCRATCH, discard, scratch
+from benchmarks.common import SCRATCH, discard, scaled, scratch
 from evidence_ledger.format import digests, encoding, entries, framing
 from evidence_ledger.format.entries import (
     BODY_FIELDS,
@@ -54,7 +54,9 @@ from evidence_ledger.storage.ledger_dir import Ledger
 
 GROUP = 10_000
 T0 = 1_741_000_000 * 10**9
-PAYLOADS_UP_TO = int(os.environ.get("BENCH_PAYLOADS_UP_TO", 1_000_000))
+PAYLOADS_UP_TO = 1_000_000
+"""Entries whose payloads are stored (``BENCH_PAYLOADS_UP_TO`` overrides; smoke runs scale
+it as every size, see :func:`benchmarks.common.scaled`)."""
 CACHE = SCRATCH / "ledgers"
 _ORDER = {kind: encoding.canonical_order(fields) for kind, fields in BODY_FIELDS.items()}
 _TOP = encoding.canonical_order(("v", "seq", "body", "kind", "prev", "refs", "time"))
@@ -69,8 +71,12 @@ def cache_key() -> str:
     for module in (sys.modules[__name__], workload, entries, encoding, framing, digests,
                    log_store, payloads):
         hasher.update(inspect.getsource(module).encode())
-    hasher.update(str(PAYLOADS_UP_TO).encode())
     return hasher.hexdigest()[:16]
+
+
+def payloads_up_to() -> int:
+    """How many entries of a generated ledger have their payloads stored."""
+    return int(os.environ.get("BENCH_PAYLOADS_UP_TO") or scaled(PAYLOADS_UP_TO))
 
 
 def _body(kind: str, **fields: Any) -> dict[str, Any]:
@@ -155,8 +161,10 @@ def entry_stream(count: int) -> Iterator[tuple[bytes, list[bytes]]]:
         i += 1
 
 
-def write(directory: Path, count: int) -> None:
-    """Write a ledger of the first ``count`` workload entries into ``directory`` (new)."""
+def write(directory: Path, count: int, stored_up_to: int | None = None) -> None:
+    """Write a ledger of the first ``count`` workload entries into ``directory`` (new),
+    with the payloads of the first ``stored_up_to`` (default :func:`payloads_up_to`)."""
+    limit = payloads_up_to() if stored_up_to is None else stored_up_to
     ledger = Ledger(directory)
     ledger.store.create()
     fd = os.open(ledger.store.path, os.O_WRONLY | os.O_APPEND)
@@ -164,7 +172,7 @@ def write(directory: Path, count: int) -> None:
         group: list[bytes] = []
         stored_any = False
         for seq, (data, stored) in enumerate(entry_stream(count)):
-            if seq < PAYLOADS_UP_TO:
+            if seq < limit:
                 for payload in stored:
                     ledger.payloads.put(payload)
                     stored_any = True
@@ -185,7 +193,7 @@ def cached_ledger(count: int) -> Path:
     """The directory of a cached ledger of the first ``count`` workload entries, written
     now (a few minutes per 10^6 entries with payloads) when not cached (read only)."""
     key = cache_key()
-    target = CACHE / key / str(count)
+    target = CACHE / key / f"{count}-payloads-{min(count, payloads_up_to())}"
     if target.exists():
         return target
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -215,7 +223,7 @@ def check(count: int) -> int:
     from evidence_ledger.record.writer import EvidenceWriter
 
     with scratch("check-") as work:
-        write(work / "fast", count)
+        write(work / "fast", count, count)
         ticks = iter(range(count))
         writer = EvidenceWriter(work / "slow", clock=lambda: T0 + next(ticks) * 1000)
         todo = workload.steps(writer, count)
