@@ -21,7 +21,7 @@ Ledgers are kept under ``.cache/bench/ledgers/<key>/<entries>`` where ``<key>`` 
 the source of this generator, the workload and the modules that define the format and
 the payload store: a second ``make bench`` reuses them, a change to any of those builds
 them afresh (older keys are discarded). Callers must not write into a cached ledger:
-:func:`working_copy` gives a copy to write into (``make bench``'s shared ledgers).
+:func:`working_copy` gives a copy that takes new files (``make bench``'s shared ledgers).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ PAYLOADS_UP_TO = 1_000_000
 """Entries whose payloads are stored (``BENCH_PAYLOADS_UP_TO`` overrides; smoke runs scale
 it as every size, see :func:`benchmarks.common.scaled`)."""
 CACHE = SCRATCH / "ledgers"
+LOG = log_store.LOG_NAME
 _ORDER = {kind: encoding.canonical_order(fields) for kind, fields in BODY_FIELDS.items()}
 _TOP = encoding.canonical_order(("v", "seq", "body", "kind", "prev", "refs", "time"))
 
@@ -211,9 +212,14 @@ def cached_ledger(count: int) -> Path:
 
 
 def working_copy(count: int, target: Path) -> Path:
-    """A copy at ``target`` (new) of the cached ledger of ``count`` entries, free to write
-    into (a full copy: a later store may append to any of its files)."""
-    shutil.copytree(cached_ledger(count), target, symlinks=True)
+    """A copy at ``target`` (new) of the cached ledger of ``count`` entries that may be
+    read, and given new files (a tree cache, checkpoints, an index), but never appended
+    to: ``log.bin`` is copied, every other file hard-linked (copying 10^6 payload files
+    would take minutes)."""
+    source = cached_ledger(count)
+    shutil.copytree(source, target, copy_function=os.link)
+    os.unlink(target / LOG)
+    shutil.copyfile(source / LOG, target / LOG)
     return target
 
 
