@@ -7,9 +7,7 @@ package and what ``verify_ledger`` imports, nothing else (``VmHWM``; median of 3
 Each ledger is the workload of :mod:`benchmarks.workload` written as frames and cached
 (:mod:`benchmarks.ledger_cache`); ``verify_ledger(..., payloads=False)`` runs once per size
 in a fresh process (10^7 entries take minutes: one run, not a median; a peak is a
-maximum, not a spread). In ``make bench`` the 10^6 figure is the ``verify peak RSS`` of
-:mod:`benchmarks.bench_verify` (the same call, in fresh processes, on the shared ledger
-of the same workload), when that suite ran. Without payload re-hash, as the ``verify``
+maximum, not a spread). Without payload re-hash, as the ``verify``
 rows at 10^6: no payload is read, so the 10^7 ledger need not hold them (see
 ``PAYLOADS_UP_TO`` in :mod:`benchmarks.ledger_cache`).
 
@@ -40,31 +38,22 @@ assert report.ok, report.violations[:1]
 """
 
 
-def rows(measured: dict[int, float] | None = None) -> list[Row]:
-    """The two peak-RSS rows (one per size) and their ratio row.
-
-    Args:
-        measured: entries -> peak RSS (MB) of the same call on a ledger of the same
-            workload, measured in this run by :mod:`benchmarks.bench_verify` (the shared
-            10^6 ledger); measured here, once, when missing.
-    """
+def rows() -> list[Row]:
+    """The two peak-RSS rows (one per size) and their ratio row."""
     small, large = (scaled(n) for n in SIZES)
     base = statistics.median(run_fresh(IMPORTS).rss_mb for _ in range(RUNS))
     peaks: dict[int, float] = {}
     out = []
     for size in (small, large):
-        if size in (measured or {}):
-            peak, how = (measured or {})[size], "the verify rows' peak (max of their runs)"
-        else:
-            done = run_fresh(VERIFY, str(cached_ledger(size)))
-            peak, how = done.rss_mb, f"one run, {size / done.seconds:,.0f} entries/s"
-        peaks[size] = peak
-        above = peak - base
+        done = run_fresh(VERIFY, str(cached_ledger(size)))
+        peaks[size] = done.rss_mb
+        above = done.rss_mb - base
         out.append(Row(
             operation="verify peak RSS above the baseline (library call)", size=size,
             ours=above, unit="MB", baselines={"baseline (package imported)": base},
-            ratio=peak / base, target=f"< {ABOVE_MB} MB above", met=above < ABOVE_MB,
-            note=f"peak {peak:.0f} MB, {how}; no payload re-hash; ratio = peak / baseline",
+            ratio=done.rss_mb / base, target=f"< {ABOVE_MB} MB above", met=above < ABOVE_MB,
+            note=f"peak {done.rss_mb:.0f} MB, one run, {size / done.seconds:,.0f} entries/s, "
+                 "no payload re-hash; ratio = peak / baseline",
         ))
     ratio = peaks[large] / peaks[small]
     out.append(Row(

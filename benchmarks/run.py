@@ -110,8 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         suites: dict[str, Callable[[], list[Row]]] = {
             "append": lambda: bench_append.rows(),
             "verify": lambda: bench_verify.rows(ledgers()),
-            "verify_memory": lambda: bench_verify_memory.rows(
-                {r.size: r.ours for r in rows if r.operation == "verify peak RSS"}),
+            "verify_memory": bench_verify_memory.rows,
             "proofs": lambda: bench_proofs.rows(ledgers(largest)),
             "inclusion_cli": lambda: bench_proofs.cli_rows(largest, ledgers(largest)[largest]),
             "recording": bench_recording.rows,
