@@ -382,6 +382,8 @@ class RuleEngine:
         self._live_limit = live_limit
         self._ended: str | None = None  # the run whose run_end the latest entry was
         self._retired = 0  # how many times state went to the spill (read views check it)
+        self._touched_run: str | None = None  # the latest touched (last in its dict)
+        self._touched_session: str | None = None
 
     # -- where the state is ------------------------------------------------------------
 
@@ -394,8 +396,9 @@ class RuleEngine:
                 run = self._revive(run_id)
             if run is None and create:
                 run = self._runs[run_id] = _Run()
-        elif self._spill is not None and next(reversed(self._runs)) != run_id:
+        elif self._spill is not None and run_id != self._touched_run:
             self._runs[run_id] = self._runs.pop(run_id)  # the most recently touched
+        self._touched_run = run_id
         return run
 
     def _call(self, key: CallKey) -> CallState | None:
@@ -451,8 +454,9 @@ class RuleEngine:
             session = _Session() if taken is None else pickle.loads(taken)
             self._sessions[session_id] = session
             self._session_items += session.size()
-        elif self._spill is not None and next(reversed(self._sessions)) != session_id:
+        elif self._spill is not None and session_id != self._touched_session:
             self._sessions[session_id] = self._sessions.pop(session_id)
+        self._touched_session = session_id
         return session
 
     def _settle(self) -> None:
@@ -625,7 +629,11 @@ class RuleEngine:
         handler = getattr(self, "_on_" + entry.kind, None)
         if handler is not None:
             handler(entry)
-            if self._spill is not None:
+            limit = self._live_limit
+            if self._spill is not None and (
+                    self._ended is not None or len(self._runs) > limit
+                    or self._live_calls > limit or self._session_items > limit
+                    or len(self._sessions) > limit):
                 self._settle()
 
     def _on_call(self, entry: Entry) -> None:
