@@ -1084,8 +1084,8 @@ class RuleEngine:
         calls: list[CallState] = []
         for run_id, run in sorted(self._all_runs(), key=operator.itemgetter(0)):
             calls.extend(run.calls.values())
-            for (scope, agent, tool), held in run.sticky.items():
-                rows["sticky"] += [(run_id, _scope_code(scope), agent, tool, d.seq) for d in held]
+            for (at, agent, tool), sticky in run.sticky.items():
+                rows["sticky"] += [(run_id, _scope_code(at), agent, tool, d.seq) for d in sticky]
             rows["approved"] += [(run_id, _scope_code(key[1]), key[2], d.seq)
                                  for key, d in run.approved.items()]
             if run.persisted is not None:
@@ -1094,13 +1094,15 @@ class RuleEngine:
                 rows["run_states"].append((state, self._state_parent(state)[1], run_id))
         rows["runs"].sort(key=operator.itemgetter(1))
         for call in sorted(calls, key=operator.attrgetter("seq")):
-            run_id, scope, call_id = call.key[0], _scope_code(call.key[1]), call.key[2]
+            run_id, call_id = call.key[0], call.key[2]
+            scope = _scope_code(call.key[1])
             rows["calls"].append((
                 run_id, scope, call_id, call.seq, call.time, call.agent, call.tool,
                 call.args_digest, call.needs_approval, call.policy_result,
                 None if call.authorized_by is None else call.authorized_by.seq))
-            values = (call.rejection_messages, call.blocks, call.withheld, call.violations,
-                      call.executions, call.results, call.persisted)
+            values: tuple[tuple[StateValue, ...], ...] = (
+                call.rejection_messages, call.blocks, call.withheld, call.violations,
+                call.executions, call.results, call.persisted)
             for name, held in zip(_CALL_VALUES, values, strict=True):
                 rows["call_values"] += [(run_id, scope, call_id, name, v) for v in held]
             rows["decisions"] += [
@@ -1122,8 +1124,8 @@ class RuleEngine:
         rows["counters"] = [("persist_order", self._persist_order),
                             ("context_decisions", self._context_count)]
         if self._last_run is not None:
-            (run_id, scope, call_id), time, digest = self._last_run
-            rows["last_run"] = [(run_id, _scope_code(scope), call_id, time, digest)]
+            last, time, digest = self._last_run
+            rows["last_run"] = [(last[0], _scope_code(last[1]), last[2], time, digest)]
         rows["context_decisions"] = [(seq,) for seq in self._context_first]
         return rows
 
@@ -1205,7 +1207,7 @@ class RuleEngine:
                     None if expected is None else (expected, got))
             for rule, seq, detail, run_id, scope, call_id, expected, got in table("findings")]
         engine.notices = [notice for notice, in table("notices")]
-        counters = dict(table("counters"))
+        counters: dict[str, int] = {name: value for name, value in table("counters")}
         engine._persist_order = counters.get("persist_order", 0)
         engine._context_count = counters.get("context_decisions", 0)
         engine._context_first = [seq for seq, in table("context_decisions")]
