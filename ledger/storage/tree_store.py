@@ -122,6 +122,7 @@ NODES_NAME = "nodes.bin"
 STATE_NAME = "state.json"
 OFFSETS_NAME = "offsets.bin"
 LOCK_NAME = "lock"
+ROOT_NAME = "root.json"  # evidence_ledger.storage.root_record's, which a rebuild keeps
 _U64 = struct.Struct(">Q")
 _TILE_CACHE = 64
 _FLUSH_BYTES = 1 << 22  # buffered node and offset bytes written out during an update
@@ -812,8 +813,9 @@ class TreeStore:
             with self._lock():
                 with os.scandir(self.directory) as found:
                     for item in found:
-                        if item.name == LOCK_NAME:
-                            continue
+                        if item.name in (LOCK_NAME, ROOT_NAME) and item.is_file(
+                                follow_symlinks=False):
+                            continue  # root.json is no cache (root_record)
                         if item.is_dir(follow_symlinks=False):
                             shutil.rmtree(item.path)
                         else:
