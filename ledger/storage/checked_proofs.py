@@ -25,6 +25,7 @@ grew), one frame read, O(log n) node reads and the hashes of one verification.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import os
 from collections.abc import Callable, Sequence
@@ -55,7 +56,12 @@ __all__ = ["CheckedProofs", "prove_consistency_checked", "prove_inclusion_checke
 
 _T = TypeVar("_T")
 _U64 = 8
+_WHERE = f"{TREE_DIR}/{ROOT_NAME}"
 Notice = Callable[[str], None]
+
+
+def _b64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
 
 
 def _when(ns: int) -> str:
@@ -194,46 +200,34 @@ class CheckedProofs:
 
     def _load(self) -> None:
         """Extend (or compute) the recorded root to the end of the log, find the latest
-        checkpoint, bring the cache up to date and tie the checkpoint to the root."""
+        checkpoint, bring the cache up to date, tie the checkpoint to the root, and record
+        the root when it grew."""
         self.close()
         self.ledger.require_exists()
         st = os.stat(self._log_path)
-        anchor, phrase = self._anchor()
-        self._size, self._roots = anchor.size, {anchor.size: anchor.root}
-        self._checked = (phrase,)
-        self._checkpoint = None
-        stored = self._latest_checkpoint()
-        if stored is not None:
-            checkpoint, said = stored
-            if checkpoint.size > anchor.size:
-                raise EvidenceError(
-                    f"the log holds {anchor.size} entries but {said.split(' (')[0]} covers "
-                    f"{checkpoint.size}: it was cut back (run verify)")
-            self._checkpoint = checkpoint
-            self._checked = (said, phrase)
-        self._stamp = (st.st_ino, st.st_size)
-        self._repairing(self._tie_checkpoint, "the log")
-
-    def _anchor(self) -> tuple[RecordedRoot, str]:
-        """The recorded root extended to the end of the log (recorded again when it grew),
-        and a phrase saying what it is."""
         try:
             base = read_recorded_root(self.ledger)
         except RecordedRootError as exc:
-            self._tell(f"{TREE_DIR}/{ROOT_NAME} {exc}; recomputing the root from log.bin")
+            self._tell(f"{_WHERE} {exc}; recomputing the root from log.bin")
             base = None
         anchor = extend_root(self.ledger, base)
-        where = f"{TREE_DIR}/{ROOT_NAME}"
-        if base is not None:
-            said = f"root recorded in {where} (tree size {base.size}, {_when(base.recorded_ns)})"
-            if anchor.size == base.size:
-                return anchor, said
-            said += f" and {anchor.size - base.size} entries read from log.bin since"
-        else:
-            said = f"root recomputed from log.bin (tree size {anchor.size})"
-        why = record_root(self.ledger, anchor)
-        return anchor, said + (f"; recorded in {where}" if why is None else
-                               f"; not recorded ({why})")
+        self._size, self._roots = anchor.size, {anchor.size: anchor.root}
+        self._checkpoint = None
+        stored = self._latest_checkpoint()
+        named: tuple[str, ...] = ()
+        if stored is not None:
+            self._checkpoint, said = stored
+            named = (said,)
+            if self._checkpoint.size > anchor.size:
+                raise EvidenceError(
+                    f"the log holds {anchor.size} entries but {said.split(' (')[0]} covers "
+                    f"{self._checkpoint.size}: it was cut back (run verify)")
+        self._checked = (*named, _anchor_phrase(base, anchor, None))
+        self._stamp = (st.st_ino, st.st_size)
+        self._repairing(self._tie_checkpoint, "the log")
+        if anchor is not base:  # checked against the checkpoint: record it
+            why = record_root(self.ledger, anchor)
+            self._checked = (*named, _anchor_phrase(base, anchor, why or ""))
 
     def _latest_checkpoint(self) -> tuple[Checkpoint, str] | None:
         """The latest stored checkpoint that parses (with verifier keys: the latest one,
@@ -264,8 +258,15 @@ class CheckedProofs:
     def _tie_checkpoint(self, prover: Prover) -> None:
         """Check the latest checkpoint's root against the recorded root through the cache
         (a consistency proof between their sizes); remember it as checked."""
-        if self._checkpoint is not None:
-            self._roots[self._checkpoint.size] = self._root(prover, self._checkpoint.size)
+        checkpoint = self._checkpoint
+        if checkpoint is None:
+            return
+        if checkpoint.size == self._size and checkpoint.root != self._roots[self._size]:
+            raise EvidenceError(
+                f"the log contradicts {self._checked[0]}: its {self._checked[1]} has root "
+                f"{_b64(self._roots[self._size])}, the checkpoint {_b64(checkpoint.root)}; "
+                "nothing is proven (run verify)")
+        self._roots[checkpoint.size] = self._root(prover, checkpoint.size)
 
     def _root(self, prover: Prover, size: int) -> bytes:
         """The root at ``size``, checked against the trusted root at :attr:`_size` by a
@@ -372,6 +373,20 @@ def _check_entry(index: int, data: bytes) -> None:
     if entry.seq != index:
         raise EvidenceError(f"the entry at seq {index} says seq {entry.seq}: no proof is "
                             "made of it (run verify)")
+
+
+def _anchor_phrase(base: RecordedRoot | None, anchor: RecordedRoot, why: str | None) -> str:
+    """What the root ``anchor`` (``base`` extended) is, in a phrase; ``why`` is why it was
+    not recorded ("" when it was, None when that was not tried)."""
+    if base is None:
+        said = f"root recomputed from log.bin (tree size {anchor.size})"
+    else:
+        said = f"root recorded in {_WHERE} (tree size {base.size}, {_when(base.recorded_ns)})"
+        if anchor.size != base.size:
+            said += f" and {anchor.size - base.size} entries read from log.bin since"
+    if why is None or anchor is base:
+        return said
+    return said + (f"; recorded in {_WHERE}" if not why else f"; not recorded ({why})")
 
 
 def _parse(stored: StoredCheckpoint) -> Checkpoint:

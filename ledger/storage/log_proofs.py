@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import (
+    FRAME_OVERHEAD,
     HEADER_SIZE,
     Damage,
     TornTail,
@@ -183,7 +184,9 @@ class LogLeaves:
     frame at byte ``start`` (entry ``index``; a group boundary) on, in order: what
     :func:`evidence_ledger.format.framing.scan_stream` reads, without building a record per
     entry. Iterate once; afterwards :attr:`end` is the byte offset just past the last
-    complete group read and :attr:`count` the number of leaves yielded.
+    complete group read, :attr:`last_offset` the offset of its last frame,
+    :attr:`last_leaf` that entry's leaf hash and :attr:`count` the number of leaves
+    yielded (unchanged from the start when there were none).
 
     Frames are parsed by :func:`~evidence_ledger.format.framing.split_frames` from large
     positioned reads (4 MiB, more for a larger frame) while every one checks out; at the
@@ -201,6 +204,8 @@ class LogLeaves:
     def __init__(self, fd: int, size: int, start: int = 0, index: int = 0) -> None:
         self.fd, self.size, self.start, self.index = fd, size, start, index
         self.end = start
+        self.last_offset = 0
+        self.last_leaf = b""
         self.count = 0
 
     def __iter__(self) -> Iterator[bytes]:
@@ -228,6 +233,8 @@ class LogLeaves:
                 pending = hashes[run.groups :]
                 group = pos + run.group_end
                 self.end, self.count = group, index - self.index
+                self.last_offset = group - FRAME_OVERHEAD - len(run.records[run.groups - 1])
+                self.last_leaf = hashes[run.groups - 1]
             else:
                 pending += hashes
             pos += run.end
@@ -245,8 +252,10 @@ class LogLeaves:
                     raise _damaged(item.index, item.reason)
                 if not item.crc_ok:
                     raise _damaged(item.index, "record fails its CRC-32")
-                yield leaf_hash(item.data)
+                leaf = leaf_hash(item.data)
+                yield leaf
                 self.end, self.count = item.end, item.index + 1 - self.index
+                self.last_offset, self.last_leaf = item.offset, leaf
 
 
 def log_leaf_hashes(fd: int, size: int) -> Iterator[bytes]:

@@ -8,12 +8,15 @@ appended since (O(new entries), :func:`extend_root`), and recorded so that the n
 proof starts from it. What is recorded is the compact range of the tree (one hash per
 set bit of its size), so extending it needs neither the cache nor the older entries::
 
-    {"version": 1, "size": n, "end_offset": int, "peaks": [b64, ...], "recorded_ns": int}
+    {"version": 1, "size": n, "end_offset": int, "last_offset": int, "last_leaf": b64,
+     "peaks": [b64, ...], "recorded_ns": int}
 
 ``end_offset`` is the byte offset in ``log.bin`` just past entry ``n - 1`` (the end of a
-complete group), ``peaks`` the roots of the perfect subtrees covering ``[0, n)``, largest
-first (RFC 9162 §2.1.1: folded right to left they give MTH(D[0:n])), ``recorded_ns`` when
-it was recorded (Unix ns).
+complete group), ``last_offset`` where that entry's frame starts and ``last_leaf`` its
+leaf hash (checked before the root is extended: a log rewritten or cut back under it is
+refused, not read from a byte offset that no longer starts an entry), ``peaks`` the roots
+of the perfect subtrees covering ``[0, n)``, largest first (RFC 9162 §2.1.1: folded right
+to left they give MTH(D[0:n])), ``recorded_ns`` when it was recorded (Unix ns).
 
 It is written only under the ledger's writer lock (``writer.lock``), taken without
 waiting: a reader never holds up a writer, and when a writer holds the lock the root is
@@ -31,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import json
 import os
 import stat
@@ -39,11 +43,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidence_ledger.format.errors import EvidenceError, LockTimeout, StorageError
+from evidence_ledger.format.framing import read_frame
 from evidence_ledger.storage.fsutil import close_fd, fsync_path, read_regular
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.log_proofs import LogLeaves
 from evidence_ledger.storage.tree_store import ROOT_NAME, TREE_DIR
-from evidence_ledger.tlog.merkle import CompactRange
+from evidence_ledger.tlog.merkle import CompactRange, leaf_hash
 
 __all__ = [
     "ROOT_NAME",
@@ -70,6 +75,8 @@ class RecordedRoot:
     Attributes:
         size: entries covered.
         end_offset: byte offset in ``log.bin`` just past entry ``size - 1`` (0 when empty).
+        last_offset: byte offset of entry ``size - 1``'s frame (0 when empty).
+        last_leaf: its leaf hash, 32 bytes (empty when ``size`` is 0).
         peaks: one 32-byte hash per set bit of ``size``, largest subtree first.
         recorded_ns: when it was recorded (Unix ns); 0 when it was not (yet).
         base_size: the size of the recorded root it was extended from (``size`` when it
@@ -78,6 +85,8 @@ class RecordedRoot:
 
     size: int
     end_offset: int
+    last_offset: int
+    last_leaf: bytes
     peaks: tuple[bytes, ...]
     recorded_ns: int = 0
     base_size: int = 0
@@ -91,6 +100,8 @@ class RecordedRoot:
         """The document (module docstring), ASCII with a final newline."""
         doc = {
             "version": VERSION, "size": self.size, "end_offset": self.end_offset,
+            "last_offset": self.last_offset,
+            "last_leaf": base64.b64encode(self.last_leaf).decode("ascii"),
             "peaks": [base64.b64encode(p).decode("ascii") for p in self.peaks],
             "recorded_ns": self.recorded_ns,
         }
@@ -107,15 +118,19 @@ class RecordedRoot:
             doc: Any = json.loads(data)
             if doc.get("version") != VERSION:
                 raise ValueError(f"version {doc.get('version')!r}, want {VERSION}")
-            size, end, when = doc["size"], doc["end_offset"], doc["recorded_ns"]
-            if not all(type(v) is int and 0 <= v < 2**63 for v in (size, end, when)):
-                raise ValueError("size, end_offset and recorded_ns are integers in [0, 2^63)")
+            size, end, last, when = (doc["size"], doc["end_offset"], doc["last_offset"],
+                                     doc["recorded_ns"])
+            if not all(type(v) is int and 0 <= v < 2**63 for v in (size, end, last, when)):
+                raise ValueError("sizes, offsets and recorded_ns are integers in [0, 2^63)")
+            leaf = base64.b64decode(doc["last_leaf"], validate=True)
+            if len(leaf) != (32 if size else 0):
+                raise ValueError(f"last_leaf is {len(leaf)} bytes")
             peaks = tuple(base64.b64decode(p, validate=True) for p in doc["peaks"])
             CompactRange.from_peaks(size, peaks)  # one 32-byte peak per set bit of size
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error,
                 RecursionError) as exc:
             raise RecordedRootError(f"unreadable ({exc or type(exc).__name__})") from exc
-        return cls(size, end, peaks, when, size)
+        return cls(size, end, last, leaf, peaks, when, size)
 
 
 def _path(ledger: Ledger) -> str:
@@ -146,21 +161,25 @@ def extend_root(ledger: Ledger, base: RecordedRoot | None) -> RecordedRoot:
     the whole log is read (:func:`recompute_root`).
 
     Raises:
-        EvidenceError: if the log is damaged after ``base`` (the message names the seq),
-            holds fewer bytes than ``base`` covers (cut back), or cannot be read.
+        EvidenceError: if the log no longer holds ``base``'s last entry where it was
+            (rewritten or cut back under the recorded root), is damaged after it (the
+            message names the seq), or cannot be read.
     """
-    start = base or RecordedRoot(0, 0, ())
+    start = base or RecordedRoot(0, 0, 0, b"", ())
     try:
         fd = ledger.store.open_fd()
     except FileNotFoundError:
         fd = -1
     try:
         length = os.fstat(fd).st_size if fd >= 0 else 0
-        if length < start.end_offset:
-            raise EvidenceError(
-                f"log.bin is {length} bytes, but the root recorded in {_path(ledger)} covers "
-                f"{start.end_offset} bytes ({start.size} entries): the log was cut back "
-                "(run verify)")
+        if start.size:
+            last = read_frame(fd, start.last_offset) if length >= start.end_offset else None
+            if (last is None or last.end != start.end_offset
+                    or leaf_hash(last.data) != start.last_leaf):
+                raise EvidenceError(
+                    f"the log contradicts the root recorded in {_path(ledger)} (tree size "
+                    f"{start.size}): entry {start.size - 1} is not where it was (the log was "
+                    "rewritten or cut back); nothing is proven (run verify)")
         tree = CompactRange.from_peaks(start.size, start.peaks)
         leaves = LogLeaves(fd, length, start.end_offset, start.size)
         append = tree.append
@@ -173,7 +192,8 @@ def extend_root(ledger: Ledger, base: RecordedRoot | None) -> RecordedRoot:
             close_fd(fd)
     if tree.size == start.size:
         return start
-    return RecordedRoot(tree.size, leaves.end, tree.peaks, 0, start.size)
+    return RecordedRoot(tree.size, leaves.end, leaves.last_offset, leaves.last_leaf,
+                        tree.peaks, 0, start.size)
 
 
 def recompute_root(ledger: Ledger) -> RecordedRoot:
@@ -221,7 +241,7 @@ def _write(ledger: Ledger, root: RecordedRoot) -> None:
         raise StorageError(f"{folder} is not a folder (a symlink?)")
     path = _path(ledger)
     tmp = f"{path}.{os.getpid()}.tmp"
-    stamped = RecordedRoot(root.size, root.end_offset, root.peaks, time.time_ns())
+    stamped = dataclasses.replace(root, recorded_ns=time.time_ns(), base_size=root.size)
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)  # a leftover, or a planted symlink: never written through
