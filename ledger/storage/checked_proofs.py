@@ -49,13 +49,15 @@ from evidence_ledger.storage.tree_store import TREE_DIR, TiledTree, TreeStore, T
 from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
 from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.note import Verifier, parse_note
-from evidence_ledger.tlog.proof_verify import ProofError, verify_consistency, verify_inclusion
+from evidence_ledger.tlog.proof_verify import ProofError, verify_consistency
 from evidence_ledger.tlog.proofs import ConsistencyProof, InclusionProof, Prover
+from evidence_ledger.tlog.verified_nodes import VerifiedNodes
 
 __all__ = ["CheckedProofs", "prove_consistency_checked", "prove_inclusion_checked"]
 
 _T = TypeVar("_T")
 _U64 = 8
+_MEMO = 1 << 14  # checked inclusion proofs remembered (by seq and tree size)
 _WHERE = f"{TREE_DIR}/{ROOT_NAME}"
 Notice = Callable[[str], None]
 
@@ -101,6 +103,8 @@ class CheckedProofs:
         self._checkpoint: Checkpoint | None = None
         self._prover: Prover | None = None
         self._fds: tuple[int, int] | None = None  # log.bin, offsets.bin
+        self._verified: dict[int, VerifiedNodes] = {}  # by tree size, against _roots
+        self._proven: dict[tuple[int, int], InclusionProof] = {}  # (seq, size) -> checked
 
     # -- the proofs ------------------------------------------------------------------
 
@@ -117,26 +121,31 @@ class CheckedProofs:
         size = self._sized(tree_size, "tree size")
         if not 0 <= index < size:
             raise UsageError(f"want 0 <= seq < tree size, got seq {index}, tree size {size}")
-        read: list[bytes] = []
+        key = (index, size)
 
         def make(prover: Prover) -> InclusionProof:
             data = self._frame(index)
             if data is None:
                 raise _Unchecked(f"{self.store.offsets_path} points at no readable entry "
                                  f"{index}")
-            read[:] = [data]
             leaf = leaf_hash(data)
+            done = self._proven.get(key)
+            if done is not None and done.leaf_hash == leaf:  # these very bytes, proven
+                return done
             root = self._root(prover, size)
             path = prover.inclusion(index, size)
             try:
-                verify_inclusion(index, size, leaf, path, root)
+                self._verifier(size, root).check_inclusion(index, leaf, path)
             except ProofError as exc:
                 raise _Unchecked(f"entry {index}'s path does not verify ({exc})") from exc
-            return InclusionProof(index, size, leaf, root, tuple(path), self._checked)
+            _check_entry(index, data)
+            if len(self._proven) >= _MEMO:
+                self._proven.clear()
+            done = self._proven[key] = InclusionProof(index, size, leaf, root, tuple(path),
+                                                      self._checked)
+            return done
 
-        proof = self._repairing(make, f"entry {index} of log.bin")
-        _check_entry(index, read[0])
-        return proof
+        return self._repairing(make, f"entry {index} of log.bin")
 
     def consistency(self, size1: int, size2: int | None = None) -> ConsistencyProof:
         """Consistency proof (RFC 9162 §2.1.4) from tree size ``size1`` to ``size2``
@@ -212,6 +221,8 @@ class CheckedProofs:
             base = None
         anchor = extend_root(self.ledger, base)
         self._size, self._roots = anchor.size, {anchor.size: anchor.root}
+        self._verified.clear()
+        self._proven.clear()
         self._checkpoint = None
         stored = self._latest_checkpoint()
         named: tuple[str, ...] = ()
@@ -254,6 +265,15 @@ class CheckedProofs:
             size = verified.checkpoint.size
             return verified.checkpoint, f"{name} (tree size {size}; signature verified: {signers})"
         return None
+
+    def _verifier(self, size: int, root: bytes) -> VerifiedNodes:
+        """The :class:`VerifiedNodes` of the tree of ``size`` entries (root checked)."""
+        found = self._verified.get(size)
+        if found is None:
+            if len(self._verified) >= 8:
+                self._verified.clear()
+            found = self._verified[size] = VerifiedNodes(size, root)
+        return found
 
     def _tie_checkpoint(self, prover: Prover) -> None:
         """Check the latest checkpoint's root against the recorded root through the cache
