@@ -12,19 +12,33 @@ import base64
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import evidence_ledger as el
 from evidence_ledger.format.framing import Record
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.fsutil import file_lock
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.tree_store import TiledTree
 from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import verify_inclusion
+from evidence_ledger.tlog.proofs import inclusion_proof
+from evidence_ledger.tlog.verified_nodes import VerifiedNodes
 from tests.helpers import forge_entry, run_cli
-from tests.test_proofs import naive_mth, naive_path, naive_proof
+from tests.test_proofs import (
+    LEAVES,
+    PROPERTY,
+    _fails,
+    _flip,
+    naive_mth,
+    naive_path,
+    naive_proof,
+)
 
 
 def _grow(path: Path, count: int, start: int = 0) -> Path:
@@ -156,7 +170,7 @@ def _signed(tmp_path: Path, entries: int = 40) -> tuple[Path, str, str]:
 
 
 def test_proofs_name_the_checkpoint_and_whether_its_signature_was_verified(tmp_path):
-    book, key, vkey = _signed(tmp_path)
+    book, _, vkey = _signed(tmp_path)
     _grow(book, 10, start=40)
     key_id = vkey.split("+")[1]
     plain = json.loads(run_cli("inclusion", "--ledger", str(book), "--seq", "3",
@@ -213,7 +227,8 @@ def test_a_session_catches_nodes_tampered_while_it_is_open(tmp_path):
     for seq in (17, 300, 599):
         assert list(handle.inclusion_proof(seq, notice=notices.append).proof) == naive_path(
             seq, leaves)
-    assert len(notices) == 1 and notices[0].startswith("the tree store ") and "rebuilt it from the log" in notices[0]
+    assert len(notices) == 1 and notices[0].startswith("the tree store "), notices
+    assert "rebuilt it from the log" in notices[0]
     assert handle.consistency_proof(5, notice=notices.append).proof == tuple(
         naive_proof(5, leaves))
 
@@ -227,3 +242,24 @@ def test_an_unreadable_recorded_root_is_recomputed_with_a_notice(tmp_path):
     assert result.err == ("notice: tree/root.json unreadable ('end_offset'); recomputing the "
                           "root from log.bin\n")
     assert _root_doc(book)["size"] == 30  # recorded again
+
+
+@PROPERTY
+@given(data=st.data(), size=st.integers(1, 600))
+def test_remembered_nodes_accept_exactly_what_the_verifier_accepts(data, size):
+    """A VerifiedNodes that has seen earlier proofs (some tampered) accepts a proof exactly
+    when verify_inclusion does, whatever it remembers."""
+    tree = TiledTree.from_leaf_hashes(LEAVES[:size])
+    root = tree.root()
+    nodes = VerifiedNodes(size, root, limit=data.draw(st.sampled_from([3, 40, 1 << 16])))
+    for _ in range(data.draw(st.integers(1, 12), label="proofs")):
+        index = data.draw(st.integers(0, size - 1), label="index")
+        leaf, proof = LEAVES[index], inclusion_proof(tree, index, size)
+        if proof and data.draw(st.booleans(), label="tamper"):
+            at = data.draw(st.integers(0, len(proof) - 1), label="element")
+            proof = [*proof[:at], _flip(proof[at], data.draw(st.integers(0, 255))),
+                     *proof[at + 1:]]
+        elif data.draw(st.booleans(), label="tamper leaf"):
+            leaf = _flip(leaf, data.draw(st.integers(0, 255)))
+        assert _fails(partial(verify_inclusion, index, size, leaf, proof, root)) == _fails(
+            partial(nodes.check_inclusion, index, leaf, proof))
