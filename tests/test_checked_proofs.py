@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 import evidence_ledger as el
 from evidence_ledger.format.framing import Record
 from evidence_ledger.record.writer import EvidenceWriter
+from evidence_ledger.storage import checked_proofs
 from evidence_ledger.storage.fsutil import file_lock
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.tree_store import TiledTree
+from evidence_ledger.storage.tree_store import TiledTree, TreeStore
 from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import verify_inclusion
 from evidence_ledger.tlog.proofs import inclusion_proof
@@ -263,3 +264,26 @@ def test_remembered_nodes_accept_exactly_what_the_verifier_accepts(data, size):
             leaf = _flip(leaf, data.draw(st.integers(0, 255)))
         assert _fails(partial(verify_inclusion, index, size, leaf, proof, root)) == _fails(
             partial(nodes.check_inclusion, index, leaf, proof))
+
+
+def test_a_repeated_library_call_reuses_the_loaded_tree(tmp_path, monkeypatch):
+    """On one handle, while log.bin is unchanged, a proof neither reloads the cache nor
+    re-reads the recorded root or the checkpoints: one stat decides (structural count)."""
+    book = _grow(tmp_path / "l", 300)
+    handle = el.Ledger(book)
+    handle.inclusion_proof(1)
+    calls: list[str] = []
+    for name in ("update", "rebuild"):
+        original = getattr(TreeStore, name)
+        monkeypatch.setattr(TreeStore, name, lambda self, _o=original, _n=name: (
+            calls.append(_n), _o(self))[1])
+    read_root = checked_proofs.read_recorded_root
+    monkeypatch.setattr(checked_proofs, "read_recorded_root",
+                        lambda book: (calls.append("root"), read_root(book))[1])
+    leaves = _leaves(book)
+    for seq in (0, 7, 299, 7):
+        assert handle.inclusion_proof(seq).leaf_hash == leaves[seq]
+    assert handle.consistency_proof(9).root1 == naive_mth(leaves[:9])
+    assert calls == []
+    _grow(book, 1, start=300)  # the log grew: the next proof loads again
+    assert handle.inclusion_proof(300).tree_size == 301 and calls == ["root", "update"]
