@@ -20,7 +20,11 @@ saying which). Each proof names what it was checked against (``checked_against``
 
 :class:`CheckedProofs` keeps what it loaded (the tree, the roots, the open files) for as
 many proofs as wanted: a proof costs one ``stat`` of ``log.bin`` (to see whether it
-grew), one frame read, O(log n) node reads and the hashes of one verification.
+grew), one frame read, O(log n) node reads and the hashes of one verification, fewer as
+the nodes earlier proofs authenticated are remembered
+(:class:`~evidence_ledger.tlog.verified_nodes.VerifiedNodes`). A proof already checked is
+handed out again while ``log.bin`` is unchanged (an inclusion proof only if the entry's
+bytes, read again, still hash to its leaf): it rests on the same trusted roots.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ __all__ = ["CheckedProofs", "prove_consistency_checked", "prove_inclusion_checke
 
 _T = TypeVar("_T")
 _U64 = 8
-_MEMO = 1 << 14  # checked inclusion proofs remembered (by seq and tree size)
+_MEMO = 1 << 14  # checked proofs remembered (by seq and tree size, or by both sizes)
 _WHERE = f"{TREE_DIR}/{ROOT_NAME}"
 Notice = Callable[[str], None]
 
@@ -105,6 +109,7 @@ class CheckedProofs:
         self._fds: tuple[int, int] | None = None  # log.bin, offsets.bin
         self._verified: dict[int, VerifiedNodes] = {}  # by tree size, against _roots
         self._proven: dict[tuple[int, int], InclusionProof] = {}  # (seq, size) -> checked
+        self._consistent: dict[tuple[int, int], ConsistencyProof] = {}  # (size1, size2)
 
     # -- the proofs ------------------------------------------------------------------
 
@@ -161,6 +166,10 @@ class CheckedProofs:
         if not 0 < size1 <= size2:
             raise UsageError(f"want 0 < from <= to, got from {size1}, to {size2}")
 
+        done = self._consistent.get((size1, size2))
+        if done is not None:  # checked against these trusted roots, which are unchanged
+            return done
+
         def make(prover: Prover) -> ConsistencyProof:
             root1, root2 = self._root(prover, size1), self._root(prover, size2)
             proof = prover.consistency(size1, size2)
@@ -171,7 +180,11 @@ class CheckedProofs:
                                  f"({exc})") from exc
             return ConsistencyProof(size1, size2, root1, root2, tuple(proof), self._checked)
 
-        return self._repairing(make, f"the tree of {size2} entries")
+        done = self._repairing(make, f"the tree of {size2} entries")
+        if len(self._consistent) >= _MEMO:
+            self._consistent.clear()
+        self._consistent[(size1, size2)] = done
+        return done
 
     def close(self) -> None:
         """Close the files kept open (the next proof opens them again)."""
@@ -223,6 +236,7 @@ class CheckedProofs:
         self._size, self._roots = anchor.size, {anchor.size: anchor.root}
         self._verified.clear()
         self._proven.clear()
+        self._consistent.clear()
         self._checkpoint = None
         stored = self._latest_checkpoint()
         named: tuple[str, ...] = ()
