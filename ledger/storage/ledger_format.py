@@ -28,7 +28,7 @@ def read_format(directory: Path) -> int:
     path = Path(directory) / FORMAT_NAME
     try:
         fd = open_regular(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no ledger there (yet)
         return 1 if os.path.lexists(Path(directory) / "log.bin") else CURRENT
     except NotRegularFileError as exc:
         raise EvidenceError(f"{path} {exc.strerror}: refusing to read it (run verify)") from exc

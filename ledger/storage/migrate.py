@@ -36,7 +36,6 @@ __all__ = ["Migration", "migrate"]
 
 _SYNC_FILES = 16  # payload files copied between two syncs of the segments
 _SYNC_BYTES = 8 << 20  # or bytes
-_PAGE = 1024  # digests read from the map at a time
 
 Progress = Callable[[str, int, int], None]
 """``progress(step, done, total)``: ``step`` is ``copy``, ``check``, ``commit`` or
@@ -152,17 +151,16 @@ def _erase_orphans(target: SegmentStore, legacy: PayloadStore, total: int,
                    progress: Progress) -> int:
     """Erase every payload in the segments that has no file (a redaction removed it after
     a run cut short copied it)."""
-    erased = seen = 0
-    last = b""
-    while page := target.map.after(last, _PAGE):
-        for digest in page:
-            if not os.path.lexists(legacy.describe(digest)):
-                target.scrub(digest)
-                target.remove(digest)
-                erased += 1
-            seen += 1
-            progress("check", seen, total)
-        last = page[-1]
+    erased = 0
+    orphans = []
+    for seen, digest in enumerate(target.stored(), 1):
+        if not os.path.lexists(legacy.describe(digest)):
+            orphans.append(digest)  # erased below: not while the map is paged through
+        progress("check", seen, total)
+    for digest in orphans:
+        target.scrub(digest)
+        target.remove(digest)
+        erased += 1
     return erased
 
 

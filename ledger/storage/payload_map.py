@@ -124,7 +124,7 @@ class PayloadMap:
 
     def find(self, digest: bytes) -> list[Location]:
         """Every copy of payload ``digest``, stored ones first, then by position."""
-        return [tuple(r) for r in self._db.execute(  # type: ignore[misc]
+        return [(r[0], r[1], r[2], r[3]) for r in self._db.execute(
             "SELECT segment, offset, length, state FROM loc WHERE digest = ? "
             "ORDER BY state, segment, offset", (digest,))]
 

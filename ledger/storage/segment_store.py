@@ -34,7 +34,7 @@ import os
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -55,6 +55,7 @@ from evidence_ledger.storage.payloads import PAYLOAD_DIR, PayloadStore
 _BATCH = 1 << 20  # bytes of small records gathered into one write
 _MAP_ROWS = 4096  # rows added to the map per transaction while catching up
 _READERS = 8  # open segment descriptors kept for reading
+_PAGE = 1024  # digests read from the map at a time
 
 
 class _Held:
@@ -125,9 +126,17 @@ class SegmentStore:
 
     # -- catching up -------------------------------------------------------------------
 
+    def _folder_safe(self) -> bool:
+        """Whether neither ``payloads/`` nor its ``segments/`` is a symbolic link."""
+        return not (os.path.islink(self.root) or os.path.islink(self.folder))
+
     def _open_segment(self, number: int, writing: bool) -> int | None:
         """A descriptor of segment ``number`` (read-write when ``writing``), or None when it
-        does not exist or is not a regular file (then noted)."""
+        does not exist or is not a regular file (then noted; as is a segment folder that is
+        a symbolic link: nothing is read through one)."""
+        if not self._folder_safe():
+            self._problems[number] = "is in a folder that is a symbolic link"
+            return None
         try:
             fd = open_regular(self._path(number), os.O_RDWR if writing else os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
@@ -150,12 +159,14 @@ class SegmentStore:
         number, offset = self.map.mark()
         last = 0
         while True:
+            fd: int | None
             if writing and self._active and self._active[0] == number:
                 fd, owned = self._active[1], False
             else:
                 fd, owned = self._open_segment(number, writing), True
             if fd is None:
-                if number in self._problems:  # a segment that is not a file: skip it
+                if number in self._problems and self._folder_safe() and os.path.lexists(
+                        self._path(number + 1)):  # a segment that is not a file: skip it
                     number, offset = number + 1, 0
                     continue
                 return last
@@ -294,9 +305,9 @@ class SegmentStore:
             close_fd(self._active[1])
             self._active = None
         if last and self._active is None:
-            fd = self._open_segment(last, writing=True)
-            if fd is not None:
-                self._active = (last, fd)
+            opened = self._open_segment(last, writing=True)
+            if opened is not None:
+                self._active = (last, opened)
         if self._active is not None:
             self._end = os.fstat(self._active[1]).st_size
             if self._end < seg.SEGMENT_BYTES:
@@ -307,6 +318,8 @@ class SegmentStore:
         if self._active is not None:
             close_fd(self._active[1])
             self._active = None
+        if not self._folder_safe():
+            raise NotRegularFileError(errno.ELOOP, "is a symbolic link", str(self.folder))
         if not os.path.isdir(self.folder):
             os.makedirs(self.folder, exist_ok=True)
             fsync_path(self.root)
@@ -314,8 +327,6 @@ class SegmentStore:
             if self._map is not None and self._map.path is None:  # the real one, from now on
                 self._map.close()
                 self._map = None
-        if os.path.islink(self.root) or os.path.islink(self.folder):
-            raise NotRegularFileError(errno.ELOOP, "is a symbolic link", str(self.folder))
         fd = open_regular(self._path(number), os.O_RDWR | os.O_CREAT)
         try:
             if os.fstat(fd).st_size:  # made by a writer that crashed: read it first
@@ -535,10 +546,49 @@ class SegmentStore:
         """Where the payload ``digest`` is stored, in words."""
         return f"sha256:{digest.hex()} in {self.folder}"
 
+    def stored(self) -> Iterator[bytes]:
+        """Digest of every payload the segments hold (stored or being erased), in order, read
+        from the map a page at a time (memory flat in their number)."""
+        with self._lock:
+            self._guarded(lambda: self._catch_up(writing=False))
+        last = b""
+        while page := self.map.after(last, _PAGE):
+            yield from page
+            last = page[-1]
+
+    def copies(self, digest: bytes) -> list[tuple[Path, int, int, int]]:
+        """Every copy of ``digest`` not erased: ``(segment file, offset of its first byte,
+        length in bytes, state)`` (state 0 stored, 1 being erased)."""
+        with self._lock:
+            return [(Path(self._path(n)), r.data_offset, r.length, r.state)
+                    for n, _, r in self._records(digest)
+                    if r is not None and r.state != seg.ERASED]
+
     def notices(self) -> list[str]:
-        """One line per segment that could not be read."""
-        return [f"payload segment {self._path(n)} {why}: not read"
-                for n, why in sorted(self._problems.items())]
+        """One line per segment that cannot be read, or that is damaged (every segment's
+        record headers read, not its payloads: a damaged header hides what follows it)."""
+        with self._lock:
+            for number in self._segment_numbers():
+                fd = self._reader(number)
+                if fd is None:
+                    continue
+                with contextlib.suppress(OSError):
+                    for item in seg.scan(fd):
+                        if isinstance(item, seg.SegmentEnd) and not item.torn:
+                            self._problems[number] = (f"is damaged at byte {item.offset}: "
+                                                      f"{item.reason}")
+            return [f"payload segment {self._path(n)} {why}: not read"
+                    if "damaged" not in why else f"payload segment {self._path(n)} {why}"
+                    for n, why in sorted(self._problems.items())]
+
+    def _segment_numbers(self) -> list[int]:
+        if not self._folder_safe():
+            return []
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return []
+        return sorted(n for n in map(seg.segment_number, names) if n is not None)
 
     def with_prefix(self, prefix: str) -> list[bytes]:
         """Digests of the stored payloads whose hex starts with ``prefix`` (lowercase hex)."""
