@@ -374,7 +374,7 @@ def migrate(
                 at = steps[step] * total + done
                 bar(at, at, 3 * total)
 
-        done = el.migrate(ledger and str(ledger), to, progress=report)
+        done = el.migrate(open_ledger(ledger).directory, to, progress=report)
     if json:
         output.print_json({
             "ledger": str(done.directory), "from_version": done.from_version,

@@ -373,8 +373,7 @@ class EvidenceWriter:
                 if self._group:
                     end = self.ledger.store.append_group(self._group, payloads.sync)
                     self._tail = Tail(self._next.size, self._next.last_hash, end)
-            except BaseException:
-                payloads.discard()
+            except BaseException:  # payloads held stay held: another thread's entry may name them
                 self._forget()  # indexes may name entries that were never written
                 raise
             finally:

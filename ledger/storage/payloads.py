@@ -242,9 +242,6 @@ class PayloadStore:
     def flush(self) -> None:
         """Nothing to do: each put wrote its file (:meth:`sync` makes them durable)."""
 
-    def discard(self) -> None:
-        """Nothing to do: each put wrote its file (a file no entry names is harmless)."""
-
     def describe(self, digest: bytes) -> str:
         """Where the payload ``digest`` is stored: its file's path."""
         return self._path(digest)

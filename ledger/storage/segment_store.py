@@ -282,7 +282,7 @@ class SegmentStore:
             raise StorageError(f"cannot hold payload (streamed): {exc}") from exc
 
     def discard(self) -> None:
-        """Drop the payloads held (their entries were not appended)."""
+        """Drop the payloads held (stored by :meth:`flush`, or no longer wanted)."""
         with self._lock:
             for held in self._held.values():
                 held.close()
@@ -355,10 +355,9 @@ class SegmentStore:
             try:
                 self._flush()
             except (OSError, sqlite3.Error) as exc:
-                self._forget_active()
+                self._forget_active()  # the payloads stay held, for the next flush
                 raise StorageError(f"cannot store payloads: {exc}") from exc
-            finally:
-                self.discard()
+            self.discard()
 
     def _flush(self) -> None:
         number, fd = self._prepare()
