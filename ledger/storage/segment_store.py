@@ -511,7 +511,8 @@ class SegmentStore:
         return None
 
     def check(self, digest: bytes) -> PayloadStatus:
-        """Re-hash the stored copies of ``digest``: OK when one is intact;
+        """Re-hash the stored copies of ``digest``: OK when one is intact (even one marked as
+        being erased whose zeros were never written);
         :attr:`PayloadStatus.ERASING` when one is marked as being erased and holds nothing
         but zero bytes (a redaction cut short before its entry); MISSING when there is none
         (or every one is erased); else MISMATCH (also for a copy in a segment that cannot be
@@ -529,7 +530,7 @@ class SegmentStore:
                 except OSError:
                     status = PayloadStatus.MISMATCH
                     continue
-                if record.state == seg.STORED and found == digest:
+                if found == digest:  # intact (also marked, before its zeros were written)
                     return PayloadStatus.OK
                 if record.state == seg.ERASING and zeros:
                     status = PayloadStatus.ERASING
