@@ -35,6 +35,7 @@ from pathlib import Path
 
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.segment_store import SegmentStore
 from evidence_ledger.verify.audit import verify_ledger
 from evidence_ledger.verify.findings import INTEGRITY, PAYLOAD_MISSING
 
@@ -95,8 +96,13 @@ class Outcome:
 
 
 def _erased(ledger: Path, digest: str) -> str | None:
-    """None when the payload ``digest`` names (``sha256:<hex>``) is gone, marker too."""
-    left = [p.name for p in (ledger / "payloads" / digest[7:9]).glob(f"{digest[7:]}*")]
+    """None when the payload ``digest`` names (``sha256:<hex>``) is gone: no copy stored,
+    none being erased (format 2: in its segments; format 1: its file and marker)."""
+    store = Ledger(ledger).payloads
+    if isinstance(store, SegmentStore):
+        left = [f"{path.name}@{at}" for path, at, _, _ in store.copies(bytes.fromhex(digest[7:]))]
+    else:
+        left = [p.name for p in (ledger / "payloads" / digest[7:9]).glob(f"{digest[7:]}*")]
     return f"exit 0, but {', '.join(left)} is still stored" if left else None
 
 

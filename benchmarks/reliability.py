@@ -201,15 +201,14 @@ def fault_trial(directory: Path, rounds: int = 10) -> Trial:
     the ledger verifiable and writable.
     """
     real_write = os.write
-    LOG, PAYLOADS = "evidence_ledger.storage.log_store", "evidence_ledger.storage.payloads"
-    faults: list[tuple[str, dict[str, Any]]] = [
+    LOG, SEGMENTS = "evidence_ledger.storage.log_store", "evidence_ledger.storage.segment_store"
+    faults: list[tuple[str, dict[str, Any]]] = [  # a ledger of format 2: payload segments
         ("short write of the log",
          {f"{LOG}.os.write": lambda fd, data: _partial(fd, data)}),
         ("ENOSPC writing the log", {f"{LOG}.os.write": _raise(errno.ENOSPC)}),
-        ("failed syncfs of log and payloads", {f"{PAYLOADS}._syncfs": _raise(errno.EIO)}),
-        ("failed fsync (no syncfs)",
-         {f"{PAYLOADS}._HAS_SYNCFS": False, f"{PAYLOADS}.os.fsync": _raise(errno.EIO)}),
-        ("ENOSPC renaming a payload", {f"{PAYLOADS}.os.replace": _raise(errno.ENOSPC)}),
+        ("failed fdatasync of the log", {f"{SEGMENTS}.SegmentStore.sync": _raise(errno.EIO)}),
+        ("failed fdatasync of a segment", {f"{SEGMENTS}.os.fdatasync": _raise(errno.EIO)}),
+        ("ENOSPC writing a segment", {f"{SEGMENTS}.os.pwrite": _raise(errno.ENOSPC)}),
     ]
 
     def _partial(fd: int, data: bytes) -> int:

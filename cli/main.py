@@ -351,6 +351,51 @@ def redact(
 
 
 @app.command()
+def migrate(
+    to: Annotated[int, typer.Option(
+        "--to", metavar="VERSION",
+        help="Format version to migrate to: 2 (payload segments; FORMAT.md).")],
+    ledger: LedgerOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Rewrite a ledger's payload files (format version 1) into payload segments (2).
+
+    log.bin, every checkpoint and so every proof stay byte for byte as they were; redacted
+    payloads stay erased. It holds the writer lock. Safe to interrupt at any point (Ctrl-C,
+    kill -9, power loss): the ledger still verifies, and running migrate again finishes the
+    job. A ledger already in version 2 is left as it is (exit 0). Exit 1 when a payload
+    file is damaged (nothing is committed: run verify), 2 for bad usage.
+    """
+    with output.ProgressBar("migrating") as bar:
+        steps = {"copy": 0, "check": 1, "clean": 2}
+
+        def report(step: str, done: int, total: int) -> None:
+            if step in steps:
+                at = steps[step] * total + done
+                bar(at, at, 3 * total)
+
+        done = el.migrate(open_ledger(ledger).directory, to, progress=report)
+    if json:
+        output.print_json({
+            "ledger": str(done.directory), "from_version": done.from_version,
+            "to_version": done.to_version, "changed": done.changed, "copied": done.copied,
+            "reused": done.reused, "erased": done.erased, "removed": done.removed})
+        return
+    if not done.changed:
+        text = f"{done.directory} is already in format version {done.to_version}: nothing to do"
+    elif done.from_version == done.to_version:
+        text = (f"finished the migration of {done.directory} to format version "
+                f"{done.to_version}: removed {done.removed} payload file(s) left behind")
+    else:
+        text = (f"migrated {done.directory} to format version {done.to_version}: "
+                f"{done.copied} payload file(s) copied into segments"
+                + (f", {done.reused} found there already" if done.reused else "")
+                + (f", {done.erased} redacted since erased there" if done.erased else "")
+                + "; log.bin and checkpoints unchanged")
+    output.stdout.print(text, markup=False, highlight=False)
+
+
+@app.command()
 def demo(
     ledger: Annotated[
         Path, typer.Option("--ledger", help="New or empty directory to record into.")

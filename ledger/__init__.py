@@ -44,6 +44,8 @@ Verbs::
     monitor_checkpoints(path, keys, origin)  follow a log's checkpoints; stop at a fork
     scan_sessions(store)                 a session store, for tool items out of order
     run_demo(directory)                  the approval-flow demo                 [agents]
+    migrate(directory, to=2)             rewrite a format-1 ledger's payload files into
+                                         payload segments (log and checkpoints unchanged)
 
 Keys are passed one way everywhere: signing keys as :class:`SigningKey`, verifier keys as
 C2SP strings (``name+hex8+base64``). Errors derive from :class:`LedgerError`, whose
@@ -77,6 +79,7 @@ _PUBLIC = {
     "report_bundle": "evidence_ledger.api.reports",
     "read_policy": "evidence_ledger.record.policy_file",
     "named_queries": "evidence_ledger.index.named",
+    "migrate": "evidence_ledger.storage.migrate",
     # errors
     "LedgerError": "evidence_ledger.format.errors",
     "EvidenceError": "evidence_ledger.format.errors",
@@ -105,6 +108,7 @@ _PUBLIC = {
     "NamedQuery": "evidence_ledger.index.named",
     "WitnessResult": "evidence_ledger.tlog.witness_protocol",
     "WitnessQuorum": "evidence_ledger.tlog.cosignature",
+    "Migration": "evidence_ledger.storage.migrate",
 }
 """Public name -> the module that defines it."""
 
@@ -120,6 +124,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "LedgerProofs",
+    "Migration",
     "MissingExtraError",
     "MonitorError",
     "NamedQuery",
@@ -146,6 +151,7 @@ __all__ = [
     "WitnessServer",
     "__version__",
     "check_witnesses",
+    "migrate",
     "monitor_checkpoints",
     "named_queries",
     "read_policy",
@@ -181,6 +187,7 @@ if TYPE_CHECKING:
     from evidence_ledger.record.integrations.openai_agents import Recorder
     from evidence_ledger.record.policy_file import read_policy
     from evidence_ledger.sessions.report import ScanReport
+    from evidence_ledger.storage.migrate import Migration, migrate
     from evidence_ledger.tlog.checkpoint import VerifiedCheckpoint
     from evidence_ledger.tlog.cosignature import QuorumError, WitnessQuorum
     from evidence_ledger.tlog.witness_protocol import Witness, WitnessResult

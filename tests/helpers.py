@@ -19,6 +19,7 @@ from typing import NoReturn
 from evidence_ledger.cli.main import main
 from evidence_ledger.format.framing import FRAME_OVERHEAD, Record
 from evidence_ledger.storage.ledger_dir import Ledger
+from evidence_ledger.storage.segment_store import SegmentStore
 
 DATA = Path(__file__).parent / "data"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -119,3 +120,35 @@ def default_index(ledger: Path) -> Path:
     from evidence_ledger.storage.ledger_dir import Ledger
 
     return index_path(Ledger(ledger))
+
+
+def stored_payloads(ledger: Path) -> dict[bytes, bytes]:
+    """Every payload the ledger in ``ledger`` stores (format 1 or 2), digest -> its bytes."""
+    store = Ledger(ledger).payloads
+    if isinstance(store, SegmentStore):
+        digests = list(store.stored())
+    else:
+        digests = [bytes.fromhex(p.name) for p in store.root.glob("*/*") if len(p.name) == 64]
+    return {d: data for d in digests if (data := store.get(d)) is not None}
+
+
+def rewrite_payload(ledger: Path, digest: bytes, data: bytes) -> None:
+    """Overwrite the stored bytes of payload ``digest`` with ``data`` where they are stored,
+    as a tamperer would: its file (format 1), or in place in its segment (format 2: ``data``
+    cut or padded with spaces to the payload's length)."""
+    store = Ledger(ledger).payloads
+    if isinstance(store, SegmentStore):
+        for path, offset, length, _ in store.copies(digest):
+            with open(path, "r+b") as fh:
+                fh.seek(offset)
+                fh.write(data.ljust(length, b" ")[:length])
+    else:
+        store.path_for(digest).write_bytes(data)
+
+
+def format1(ledger: Path) -> Path:
+    """Make ``ledger`` (a new directory) a ledger of format version 1 (one file per payload):
+    for tests of that layout, which a ledger of today's code is still read and written in."""
+    ledger.mkdir(parents=True, exist_ok=True)
+    (ledger / "format").write_text("1\n")
+    return ledger

@@ -36,7 +36,6 @@ from evidence_ledger.format.schemas import load
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.keys import load_signer
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.payloads import PayloadStore
 from evidence_ledger.tlog.checkpoint import parse_checkpoint
 from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import verify_inclusion
@@ -447,8 +446,9 @@ def test_prove_rehashes_only_the_payloads_of_the_entries_it_bundles(tmp_path, mo
     book = Ledger(ledger)
     call_id = next(e.body["call_id"] for e, _ in book.entries() if e.kind == "call")
     checked: list[bytes] = []
-    real_check = PayloadStore.check
-    monkeypatch.setattr(PayloadStore, "check",
+    store = type(book.payloads)
+    real_check = store.check
+    monkeypatch.setattr(store, "check",
                         lambda self, d: checked.append(d) or real_check(self, d))
     verified = build_bundle(book, signer, Selection("call", None, call_id)).verified
     named = {d for e in verified.entries for f in PAYLOAD_FIELDS

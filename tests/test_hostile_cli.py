@@ -103,6 +103,7 @@ def _ledger_args(tmp_path, key) -> dict[str, list[str]]:
         "revoke": ["--call-id", "c-1", "--by", "b", "--reason", "r"],
         "approve": ["--call-id", "c-1", "--by", "b", "--key", str(key)],
         "report": ["--all", "--out", str(tmp_path / "report.html")],
+        "migrate": ["--to", "2"],
     }
 
 

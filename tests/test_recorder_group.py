@@ -36,6 +36,7 @@ from evidence_ledger.record.integrations import group_commit, openai_agents, run
 from evidence_ledger.record.integrations.openai_agents import Recorder
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.audit import verify_ledger
+from tests.helpers import stored_payloads
 
 pytestmark = pytest.mark.anyio
 
@@ -145,8 +146,7 @@ async def test_group_records_what_entry_records_in_the_same_order(
 
     assert [label(row) for row in recorded["group"]][-1] == ("run_end", "completed")
     assert recorded["group"] == recorded["entry"]
-    payloads = {d: sorted(p.name for p in (tmp_path / d / "payloads").rglob("*") if p.is_file())
-                for d in recorded}
+    payloads = {d: sorted(stored_payloads(tmp_path / d)) for d in recorded}
     assert payloads["group"] == payloads["entry"]
     assert verify_ledger(Ledger(tmp_path / "group")).violations == []
 

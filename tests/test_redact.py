@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evidence_ledger.storage.ledger_dir import Ledger
-from tests.helpers import ingest, require_strace, run_cli
+from tests.helpers import format1, ingest, require_strace, run_cli
 
 
 def _ingested(tmp_path):
@@ -78,6 +78,7 @@ def test_redaction_overwrites_the_payloads_bytes_where_they_are_stored(tmp_path)
     """Once only unlinked: the bytes stayed in the file system's free blocks (and in every
     other link to the file)."""
     ledger = tmp_path / "ledger"
+    format1(ledger)  # one file per payload: the layout this test is about
     _ingested(ledger)
     call = json.loads(run_cli("log", "--ledger", str(ledger), "--kind", "call", "--json").out)[0]
     digest = call["body"]["args_payload"]
@@ -98,6 +99,7 @@ def _payload_of_call(ledger):
 
 
 def test_a_redaction_cut_short_after_the_overwrite_is_finished_by_running_it_again(tmp_path):
+    format1(tmp_path)  # one file per payload: the layout this test is about
     _ingested(tmp_path)
     digest = _payload_of_call(tmp_path)
     raw = bytes.fromhex(digest[7:])
@@ -122,6 +124,7 @@ def test_redact_overwrites_and_syncs_the_payload_before_it_appends_the_entry(tmp
     and synced, then the payload file is removed."""
     strace = require_strace()
     ledger = tmp_path / "L"
+    format1(ledger)  # one file per payload: the layout this test is about
     _ingested(ledger)
     digest = _payload_of_call(ledger)
     payload = Path(Ledger(ledger).payloads._path(bytes.fromhex(digest[7:])))
@@ -185,6 +188,7 @@ def test_a_forged_erasing_marker_hides_no_tampered_or_missing_payload(tmp_path):
     """Regression (adversarial trial): any file named ``<digest>.erasing`` turned a changed
     or missing payload into a notice. Only zeros beside an empty marker are an erase cut
     short."""
+    format1(tmp_path)  # one file per payload: the layout this test is about
     _ingested(tmp_path)
     digest = _payload_of_call(tmp_path)
     path = Path(Ledger(tmp_path).payloads._path(bytes.fromhex(digest[7:])))
@@ -205,6 +209,7 @@ def test_a_forged_erasing_marker_hides_no_tampered_or_missing_payload(tmp_path):
 
 
 def test_a_marker_left_after_a_finished_redaction_is_cleared_by_redacting_again(tmp_path):
+    format1(tmp_path)  # one file per payload: the layout this test is about
     _ingested(tmp_path)
     digest = _payload_of_call(tmp_path)
     assert run_cli("redact", "--ledger", str(tmp_path), "--digest", digest,

@@ -31,7 +31,7 @@ from evidence_ledger.sessions.report import scan_store
 from evidence_ledger.sessions.stores import read_store
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.log_store import FileLogStore
-from tests.helpers import run_cli
+from tests.helpers import rewrite_payload, run_cli
 from tests.test_sessions import POISONED, call, out, reply, user, write_dump, write_sdk_store
 
 RAW_ARGS = '{"key": "k1",  "value":"v2"}'  # odd spacing: the raw string must come back exactly
@@ -222,7 +222,7 @@ def test_refused_when_the_arguments_payload_is_redacted(case):
     book = Ledger(ledger)
     (update,) = [e for e, _ in book.entries()
                  if e.kind == "call" and e.body["call_id"] == "c-update"]
-    book.payloads.path_for(update.body["args_payload"]).unlink()
+    assert book.payloads.remove(update.body["args_payload"])  # gone, no redaction entry
     result = run_cli("repair-session", str(store), "--ledger", str(ledger), "--apply",
                      "--by", "alice")
     assert result.code == 1 and "missing from the payload store" in result.out
@@ -234,7 +234,7 @@ def test_refused_when_the_arguments_payload_was_altered(case):
     book = Ledger(ledger)
     (update,) = [e for e, _ in book.entries()
                  if e.kind == "call" and e.body["call_id"] == "c-update"]
-    book.payloads.path_for(update.body["args_payload"]).write_bytes(b'{"key":"k9"}')
+    rewrite_payload(ledger, update.body["args_payload"], b'{"key":"k9"}')
     result = run_cli("repair-session", str(store), "--ledger", str(ledger))
     assert result.code == 1 and "does not match its digest" in result.out
 

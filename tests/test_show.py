@@ -15,8 +15,7 @@ import pytest
 import evidence_ledger as el
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.payloads import PayloadStore
-from tests.helpers import ingest, run_cli
+from tests.helpers import format1, ingest, rewrite_payload, run_cli, stored_payloads
 
 CLI = [sys.executable, "-m", "evidence_ledger.cli.main"]
 CALLED = b'{"amount": 3}'  # approval_binding.jsonl: c1's arguments, as the model sent them
@@ -47,8 +46,17 @@ def _show(ledger: Path, *args: str):
     return run_cli("show", *args, "--ledger", str(ledger))
 
 
+@pytest.fixture
+def bound1(tmp_path) -> Path:
+    """:func:`bound` in format version 1 (one file per payload), where a file can be planted
+    under any name."""
+    ledger = format1(tmp_path / "ledger")
+    ingest(ledger, "approval_binding")
+    return ledger
+
+
 def _plant(ledger: Path, name: str, data: bytes) -> None:
-    """A file in ``payloads/`` named ``name`` (not the SHA-256 of ``data``)."""
+    """A file in ``payloads/`` (format 1) named ``name`` (not the SHA-256 of ``data``)."""
     shard = ledger / "payloads" / name[:2]
     shard.mkdir(parents=True, exist_ok=True)
     (shard / name).write_bytes(data)
@@ -87,7 +95,8 @@ def test_show_json_is_the_value_with_its_state_and_size(bound):
         "cut": False, "size": 13}
 
 
-def test_an_ambiguous_prefix_names_the_matches_and_a_longer_one_picks_one(bound):
+def test_an_ambiguous_prefix_names_the_matches_and_a_longer_one_picks_one(bound1):
+    bound = bound1
     first, second = "0a8b3c4d" + "1" * 56, "0a8b3c4d" + "2" * 56
     _plant(bound, first, b'{"planted": 1}')
     _plant(bound, second, b'{"planted": 2}')
@@ -136,7 +145,7 @@ def test_a_redacted_payload_shows_who_when_and_why_never_missing(bound):
 
 
 def test_a_payload_gone_without_a_redaction_is_lost_evidence(bound):
-    (bound / "payloads" / _hex(RESULT)[:2] / _hex(RESULT)).unlink()
+    assert Ledger(bound).payloads.remove(bytes.fromhex(_hex(RESULT)))  # no redaction entry
     result = _show(bound, "sha256:" + _hex(RESULT))
     assert result.code == 1
     assert result.out == (f"payload sha256:{_hex(RESULT)}: missing, and no redaction entry "
@@ -146,7 +155,7 @@ def test_a_payload_gone_without_a_redaction_is_lost_evidence(bound):
 
 
 def test_arguments_an_approver_was_shown_but_the_ledger_never_kept_are_bad_usage(bound):
-    (bound / "payloads" / _hex(SHOWN)[:2] / _hex(SHOWN)).unlink()  # as recorded before 0.2
+    assert Ledger(bound).payloads.remove(bytes.fromhex(_hex(SHOWN)))  # as recorded before 0.2
     result = _show(bound, _hex(SHOWN)[:8])
     assert result.code == 2 and result.err.count("\n") == 1
     assert (f"sha256:{_hex(SHOWN)} is the digest of arguments a decision entry names (seq 1); "
@@ -198,7 +207,7 @@ def test_the_copy_of_arguments_an_approver_was_shown_can_be_redacted(bound):
     result = run_cli("redact", "--ledger", str(bound), "--digest", _hex(SHOWN)[:8],
                      "--reason", "r", "--by", "dpo")
     assert result.code == 0, result.err
-    assert not (bound / "payloads" / _hex(SHOWN)[:2] / _hex(SHOWN)).exists()
+    assert Ledger(bound).payloads.get(bytes.fromhex(_hex(SHOWN))) is None
     verify = json.loads(run_cli("verify", "--ledger", str(bound), "--json").out)
     assert verify["violations"][0]["values"]["expected"]["state"] == "redacted"
 
@@ -299,7 +308,7 @@ def test_every_digest_trace_prints_is_taken_back_by_show(bound):
 
 
 def _payload_files(ledger: Path) -> set[str]:
-    return {p.name for p in (ledger / "payloads").glob("*/*")}
+    return {d.hex() for d in stored_payloads(ledger)}
 
 
 def test_a_decision_keeps_the_arguments_shown_only_when_they_are_not_the_call_s(tmp_path):
@@ -339,13 +348,14 @@ def test_raw_bytes_that_change_after_the_check_end_in_exit_1(tmp_path, monkeypat
     EvidenceWriter(Ledger(ledger)).call(run_id="r", call_id="c", agent="a", tool="t",
                                         arguments=data.decode())
     book = el.Ledger(ledger)
-    real_open = PayloadStore.open
+    kind = type(Ledger(ledger).payloads)
+    real_open = kind.open
 
-    def swapped(store, digest):  # the file replaced just after value() checked it
-        store.path_for(digest).write_bytes(b"EVIL BYTES")
+    def swapped(store, digest):  # the bytes replaced just after value() checked them
+        rewrite_payload(ledger, digest, b"EVIL BYTES")
         return real_open(store, digest)
 
-    monkeypatch.setattr(PayloadStore, "open", swapped)
+    monkeypatch.setattr(kind, "open", swapped)
     with pytest.raises(el.EvidenceError, match="changed while it was read"), \
             book.open_payload(_hex(data)[:8]) as stream:
         while stream.read(4):

@@ -1,6 +1,5 @@
 """The append-only log: framing, atomic groups, torn tails, tampering, two writers."""
 
-import os
 import tracemalloc
 
 import pytest
@@ -12,7 +11,7 @@ from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.log_store import LOG_NAME
 from evidence_ledger.verify.audit import verify_ledger
-from tests.helpers import ingest, run_cli
+from tests.helpers import ingest, rewrite_payload, run_cli, stored_payloads
 
 
 def _ledger(tmp_path, entries=5):
@@ -141,19 +140,19 @@ def test_writer_refuses_a_damaged_log(tmp_path):
 
 def test_changed_payload_is_an_integrity_violation(tmp_path):
     ingest(tmp_path)
-    payload = next(p for p in (tmp_path / "payloads").rglob("*") if p.is_file())
-    payload.write_bytes(payload.read_bytes() + b"!")
+    digest, data = next(iter(stored_payloads(tmp_path).items()))
+    rewrite_payload(tmp_path, digest, b"!" * len(data))
     result = run_cli("verify", "--ledger", str(tmp_path), "--json")
     assert result.code == 1 and '"integrity"' in result.out
 
 
 def test_a_payload_deleted_without_a_redaction_is_a_violation(tmp_path):
     ingest(tmp_path)
-    payload = next(p for p in (tmp_path / "payloads").rglob("*") if p.is_file())
-    os.remove(payload)
+    digest = next(iter(stored_payloads(tmp_path)))
+    assert Ledger(tmp_path).payloads.remove(digest)  # no redaction entry
     report = verify_ledger(Ledger(tmp_path))
     assert [v.rule for v in report.violations] == ["payload_missing"]
-    assert payload.name in report.violations[0].detail
+    assert digest.hex() in report.violations[0].detail
     assert verify_ledger(Ledger(tmp_path), payloads=False).ok
 
 

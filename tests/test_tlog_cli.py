@@ -28,7 +28,7 @@ from evidence_ledger.tlog.checkpoint import Checkpoint
 from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.note import sign_note
 from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
-from tests.helpers import DATA, run_cli
+from tests.helpers import DATA, run_cli, stored_payloads
 
 ORIGIN = "ledger.example/cli"
 
@@ -348,7 +348,7 @@ def test_the_commands_that_print_data_take_json(tmp_path):
                                  "--json").out)
     assert checked["ok"] and checked["root_hash"] == signed["root_hash"]
     assert json.loads(run_cli("pubkey", str(tmp_path / "k"), "--json").out)["verifier_key"] == vkey
-    digest = next(p for p in (book / "payloads").rglob("*") if p.is_file()).name
+    digest = next(iter(stored_payloads(book))).hex()
     redacted = json.loads(run_cli("redact", "--ledger", str(book), "--digest",
                                   f"sha256:{digest}", "--reason", "test", "--json").out)
     assert redacted["appended"] and redacted["erased"]

@@ -38,7 +38,6 @@ from evidence_ledger.sessions.record import RepairResult
 from evidence_ledger.sessions.stores import MESSAGES_TABLE, read_store
 from evidence_ledger.storage.checkpoint_store import StoredCheckpoint
 from evidence_ledger.storage.files import read_input, refuse_inside
-from evidence_ledger.storage.fsutil import reading
 from evidence_ledger.storage.keys import refuse_key_inside
 from evidence_ledger.tlog.cosignature import WitnessPolicy
 from evidence_ledger.tlog.note import MAX_NOTE_BYTES
@@ -243,11 +242,11 @@ class Ledger:
         """
         _text(digest, "digest")
         found = payload_digest(self._book, digest)
-        fd = self._book.payloads.open(found)
-        if fd is None:
+        view = self._book.payloads.open(found)
+        if view is None:
             raise UsageError(f"no payload file holds sha256:{found.hex()}")
-        with reading(fd) as stream:
-            yield cast(BinaryIO, CheckedReader(stream, found))
+        with view as stream:
+            yield cast(BinaryIO, CheckedReader(cast(BinaryIO, stream), found))
 
     def violation_values(self, findings: Sequence[Finding], *, trace: CallTrace | None = None,
                          ) -> list[ValueDiff | None]:

@@ -6,6 +6,10 @@ Every producer (the openai-agents recorder, JSONL ingest) writes through
 holds only their digests. A call's identity is ``(run_id, scope, call_id)`` where
 ``scope`` is the path of agent-as-tool edges from the top agent (empty at top level).
 
+In a ledger of format version 2 the payloads an entry names are held until its group is
+appended, then written to a segment and synced before the log group is written (see
+:mod:`evidence_ledger.storage.segment_store`).
+
 Writers may live in several processes at once: each append takes the OS lock, catches
 up with what others appended, and releases it (see :meth:`Ledger.locked_tail`). One
 writer may be shared by threads: its ``atomic()`` blocks (so every append) and payload
@@ -66,6 +70,8 @@ RUN_STATUSES = ("completed", "interrupted", "failed")
 DECISIONS = ("approve", "reject")
 SESSION_OPS = ("add", "pop", "clear")
 STATE_EVENTS = ("to_state", "to_json", "loaded", "resume", "decided", "adopted", "ended")
+_HELD_BYTES = 8 << 20
+"""Payload bytes a group holds before it writes them out (format 2)."""
 _MADE = frozenset({"to_state", "to_json", "decided", "adopted", "ended"})
 """Events of a state whose content was new then: what :meth:`EvidenceWriter.find_state`
 matches (a ``loaded`` or ``resume`` entry repeats the content of a state made earlier)."""
@@ -360,12 +366,14 @@ class EvidenceWriter:
             self._tail, self._visit, self.lock_timeout, self._checkpoint_floor
         ) as tail:
             self._group, self._next = [], tail
+            payloads = self.ledger.payloads
             try:
                 yield
+                payloads.flush()  # format 2: payloads written and synced before the log
                 if self._group:
-                    end = self.ledger.store.append_group(self._group, self.ledger.payloads.sync)
+                    end = self.ledger.store.append_group(self._group, payloads.sync)
                     self._tail = Tail(self._next.size, self._next.last_hash, end)
-            except BaseException:
+            except BaseException:  # payloads held stay held: another thread's entry may name them
                 self._forget()  # indexes may name entries that were never written
                 raise
             finally:
@@ -408,6 +416,12 @@ class EvidenceWriter:
             self._visit(entry, hash_)
             return hash_
 
+    def _flush_held(self) -> None:
+        """Inside a group (writer lock held), store the payloads held so far once they pass
+        8 MiB, so that a large group never holds them all."""
+        if self._group is not None and self.ledger.payloads.pending_bytes > _HELD_BYTES:
+            self.ledger.payloads.flush()
+
     def _put_output(self, output: Any) -> bytes:
         """Store the bytes :func:`digests.write_output` writes for ``output`` (a str: its
         UTF-8, as for an arguments string; else RFC 8785 JSON) as a payload, piece by
@@ -417,8 +431,10 @@ class EvidenceWriter:
             ValueError: if a non-string output cannot be canonicalised (nothing stored).
         """
         with self._lock:  # a sync of another thread's group never drops it from its dirty set
-            return self.ledger.payloads.put_stream(
+            digest = self.ledger.payloads.put_stream(
                 lambda write: digests.write_output(output, write))
+            self._flush_held()
+            return digest
 
     def _put_arguments(self, arguments: str, form: str) -> bytes:
         """Store ``arguments`` (a raw arguments string) in the form their arguments digest
@@ -428,7 +444,9 @@ class EvidenceWriter:
             return self._put_output(arguments)
         value = digests.parse_strict_json(arguments)
         with self._lock:
-            return self.ledger.payloads.put_stream(lambda write: digests.jcs_dump(value, write))
+            digest = self.ledger.payloads.put_stream(lambda write: digests.jcs_dump(value, write))
+            self._flush_held()
+            return digest
 
     def _put_item(self, item: Any) -> bytes:
         """Store :func:`item_bytes` of ``item`` as a payload and return their 32-byte
@@ -436,10 +454,12 @@ class EvidenceWriter:
         :func:`digests.jcs_dump`): an item holding a long string is not copied whole."""
         with self._lock:
             try:
-                return self.ledger.payloads.put_stream(
+                digest = self.ledger.payloads.put_stream(
                     lambda write: digests.jcs_dump(item, write))
             except (ValueError, RecursionError):
-                return self.ledger.payloads.put(_fallback_bytes(item))
+                digest = self.ledger.payloads.put(_fallback_bytes(item))
+            self._flush_held()
+            return digest
 
     def _call_refs(self, run_id: str, scope: Sequence[str] | None, call_id: str) -> list[bytes]:
         found = self.find_call(run_id, scope, call_id)

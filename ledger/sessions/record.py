@@ -36,8 +36,9 @@ class RepairResult:
 def store_history(writer: EvidenceWriter, plans: Iterable[SessionPlan]) -> dict[str, bytes]:
     """Store each planned session's whole history as one payload, durably; session id
     -> its 32-byte digest (the ``history_digest`` of its repair entries)."""
-    history = {p.session.session_id: writer.ledger.payloads.put(item_bytes(p.session.items))
-               for p in plans}
+    with writer.atomic():  # format 2: written and synced as the block ends, under the lock
+        history = {p.session.session_id: writer.ledger.payloads.put(item_bytes(p.session.items))
+                   for p in plans}
     writer.ledger.payloads.sync()
     return history
 

@@ -2,8 +2,11 @@
 
 Layout of ``<dir>`` (default ``./.evidence``; ``--ledger`` or ``EVIDENCE_LEDGER``)::
 
+    format         the format version (absent: 1; see evidence_ledger.storage.ledger_format)
     log.bin        framed entries (see evidence_ledger.storage.log_store)
-    payloads/      content-addressed payloads (see evidence_ledger.storage.payloads)
+    payloads/      content-addressed payloads: version 1 one file each
+                   (evidence_ledger.storage.payloads), version 2 segments
+                   (evidence_ledger.storage.segment_store)
     writer.lock    exclusive writer lock (flock)
     torn/          torn tails cut back by a writer after a crash, kept for inspection
 """
@@ -17,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence_ledger.format.entries import Entry, decode_entry, entry_hash
-from evidence_ledger.format.errors import EncodingError, EvidenceError, UsageError
+from evidence_ledger.format.errors import EncodingError, EvidenceError, StorageError, UsageError
 from evidence_ledger.format.framing import Damage, Record, TornTail
+from evidence_ledger.storage.ledger_format import read_format
 from evidence_ledger.storage.log_store import FileLogStore
-from evidence_ledger.storage.payloads import PayloadStore
+from evidence_ledger.storage.payload_store import Payloads, open_payloads
 
 DEFAULT_DIR = ".evidence"
 ENV_VAR = "EVIDENCE_LEDGER"
@@ -69,12 +73,19 @@ class Ledger:
 
     Args:
         directory: path of the ledger directory (see :func:`resolve_dir`).
+
+    Attributes:
+        format_version: 1 (one file per payload) or 2 (payload segments; new ledgers).
+
+    Raises:
+        EvidenceError: if its ``format`` file is not a regular file naming a known version.
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = resolve_dir(directory)
-        self.store = FileLogStore(self.directory)
-        self.payloads = PayloadStore(self.directory)
+        self.format_version = read_format(self.directory)
+        self.store = FileLogStore(self.directory, self.format_version)
+        self.payloads: Payloads = open_payloads(self.directory, self.format_version)
 
     def require_exists(self) -> None:
         """Raise :class:`UsageError` unless the directory holds a log."""
@@ -116,11 +127,15 @@ class Ledger:
 
         Raises:
             LockTimeout: if another writer holds the lock past ``timeout`` seconds.
+            StorageError: if a ledger opened in format version 1 was migrated since.
             EvidenceError: if the log is damaged (a writer never appends to a damaged log),
                 or holds fewer whole entries than ``floor()`` (cut back under a signed
                 checkpoint: appending would fork the log).
         """
         with self.store.lock(timeout):
+            if self.format_version == 1 and read_format(self.directory) != 1:
+                raise StorageError(f"{self.directory} was migrated to format version 2 while "
+                                   "this writer had it open; open it again to append")
             size, last_hash, offset = tail.size, tail.last_hash, tail.offset
             for item in self.store.scan(offset, size):
                 if isinstance(item, TornTail):

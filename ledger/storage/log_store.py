@@ -31,6 +31,7 @@ from evidence_ledger.storage.fsutil import (
     problem,
     reading,
 )
+from evidence_ledger.storage.ledger_format import FORMAT_NAME, write_format
 
 LOG_NAME = "log.bin"
 _COPY_CHUNK = 1 << 20  # bytes of a torn tail copied at a time
@@ -58,11 +59,14 @@ class FileLogStore:
 
     Args:
         directory: the ledger directory (created by :meth:`create` on first write).
+        format_version: the ledger's format version; a new ledger of version 2 or later
+            gets its ``format`` file before its log.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, format_version: int = 1) -> None:
         self.directory = Path(directory)
         self.path = self.directory / LOG_NAME
+        self.format_version = format_version
 
     def exists(self) -> bool:
         """True when something named ``log.bin`` is in the directory (a symlink, FIFO or
@@ -118,6 +122,8 @@ class FileLogStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             if not self.path.exists():
+                if self.format_version > 1 and not (self.directory / FORMAT_NAME).exists():
+                    write_format(self.directory, self.format_version)
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 os.fsync(fd)
                 close_fd(fd)

@@ -25,6 +25,7 @@ import ctypes.util
 import errno
 import hashlib
 import os
+import re
 import stat
 import threading
 from collections.abc import Callable
@@ -41,10 +42,12 @@ from evidence_ledger.storage.fsutil import (
     problem,
     read_regular,
 )
+from evidence_ledger.storage.payload_view import PayloadView
 
 PAYLOAD_DIR = "payloads"
 _ERASING = ".erasing"  # suffix of the marker of a payload being erased
 _CHECK_CHUNK = 1 << 20  # bytes per read when re-hashing a payload
+_NAME = re.compile(r"[0-9a-f]{64}")
 
 
 
@@ -77,11 +80,15 @@ def _same_device(fd: int, path: str) -> bool:
 
 
 class PayloadStore:
-    """Payload files under ``<ledger>/payloads``.
+    """Payload files under ``<ledger>/payloads`` (ledger format version 1).
 
     Args:
         directory: the ledger directory.
     """
+
+    version = 1
+    pending_bytes = 0
+    """Bytes held for :meth:`flush` (none: a put writes its file at once)."""
 
     def __init__(self, directory: Path) -> None:
         self.root = Path(directory) / PAYLOAD_DIR
@@ -232,6 +239,29 @@ class PayloadStore:
             fd = os.open(tmp, flags, 0o644)
         return os.fdopen(fd, "wb", buffering=1 << 16)
 
+    def flush(self) -> None:
+        """Nothing to do: each put wrote its file (:meth:`sync` makes them durable)."""
+
+    def describe(self, digest: bytes) -> str:
+        """Where the payload ``digest`` is stored: its file's path."""
+        return self._path(digest)
+
+    def notices(self) -> list[str]:
+        """Nothing: a file that is not a regular file is named per payload (:meth:`problem`)."""
+        return []
+
+    def with_prefix(self, prefix: str) -> list[bytes]:
+        """Digests of the payload files whose names start with ``prefix`` (lowercase hex, at
+        least 2 digits; its shard folder listed, never through a symbolic link)."""
+        folder = os.path.join(self._root, prefix[:2])
+        if os.path.islink(self._root) or os.path.islink(folder):
+            return []
+        try:
+            names = os.listdir(folder)
+        except OSError:  # no such shard: no payload starts so
+            return []
+        return [bytes.fromhex(n) for n in names if _NAME.fullmatch(n) and n.startswith(prefix)]
+
     def sync(self, log_fd: int | None = None) -> None:
         """Make every payload put (:meth:`put`, :meth:`put_stream`) since the last sync
         durable, and the log too.
@@ -326,18 +356,18 @@ class PayloadStore:
         except (FileNotFoundError, NotADirectoryError, NotRegularFileError):
             return None
 
-    def open(self, digest: bytes) -> int | None:
-        """A descriptor of the stored payload ``digest``, open for reading, or None when
-        absent (as for :meth:`get`: only a regular file is opened); the caller closes it
-        (:func:`evidence_ledger.storage.fsutil.reading`).
+    def open(self, digest: bytes) -> PayloadView | None:
+        """The stored payload ``digest``, open for reading, or None when absent (as for
+        :meth:`get`: only a regular file is opened); the caller closes it.
 
         Raises:
             OSError: if it exists but cannot be opened.
         """
         try:
-            return open_regular(self._checked(digest))
+            fd = open_regular(self._checked(digest))
         except (FileNotFoundError, NotADirectoryError, NotRegularFileError):
             return None
+        return PayloadView(fd, 0, os.fstat(fd).st_size)
 
     def check(self, digest: bytes) -> PayloadStatus:
         """Re-hash the stored payload (streamed, in 1 MiB reads) and compare it with

@@ -21,7 +21,7 @@ from evidence_ledger.storage.bulk import gc_paused
 from evidence_ledger.storage.checkpoint_store import CheckpointStore
 from evidence_ledger.storage.foreign import foreign_files
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.payloads import PayloadStore
+from evidence_ledger.storage.payload_store import Payloads
 from evidence_ledger.tlog.cosignature import WitnessPolicy
 from evidence_ledger.verify import checkpoint_audit
 from evidence_ledger.verify.findings import WITNESS_QUORUM
@@ -33,7 +33,7 @@ class _PayloadAudit:
     notes those found in place of a payload that are not regular files (never read: they
     fail their digest)."""
 
-    def __init__(self, store: PayloadStore, wanted: AbstractSet[bytes] | None) -> None:
+    def __init__(self, store: Payloads, wanted: AbstractSet[bytes] | None) -> None:
         self.store = store
         self.wanted = wanted
         self.unreadable: dict[bytes, str] = {}  # digest -> what the file is
@@ -49,11 +49,11 @@ class _PayloadAudit:
         return status
 
     def notices(self) -> list[str]:
-        """One line per payload file that is not a regular file."""
+        """One line per payload file, or segment, that is not a regular file."""
         return [
-            f"payload {self.store.path_for(digest)} {why}: not read"
+            f"payload {self.store.describe(digest)} {why}: not read"
             for digest, why in self.unreadable.items()
-        ]
+        ] + self.store.notices()
 
 
 def verify_ledger(

@@ -15,17 +15,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from evidence_ledger.format.entries import PAYLOAD_FIELDS, Entry
 from evidence_ledger.format.errors import EvidenceError, UsageError
-from evidence_ledger.storage.fsutil import reading
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.payloads import PayloadStore
+from evidence_ledger.storage.payload_store import Payloads
 from evidence_ledger.verify.findings import Finding
 from evidence_ledger.views.values import (
     PREVIEW_BYTES,
@@ -41,7 +38,6 @@ from evidence_ledger.views.values import (
 __all__ = ["ENTRY_VALUES", "LedgerValues", "payload_digest", "read_value", "value_by_prefix",
            "values_for_findings", "values_of_entries"]
 
-_NAME = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20  # bytes per read while hashing the rest of a large payload
 
 ENTRY_VALUES = {
@@ -53,7 +49,7 @@ ENTRY_VALUES = {
 :data:`~evidence_ledger.format.entries.PAYLOAD_FIELDS`)."""
 
 
-def read_value(store: PayloadStore, digest: bytes, redactions: dict[bytes, Redaction],
+def read_value(store: Payloads, digest: bytes, redactions: dict[bytes, Redaction],
                ) -> Value:
     """The value of payload ``digest`` (32 bytes): ``redacted`` when a redaction entry
     erased it, ``missing`` when no file holds it, ``damaged`` when the file's bytes do not
@@ -65,11 +61,11 @@ def read_value(store: PayloadStore, digest: bytes, redactions: dict[bytes, Redac
     """
     if digest in redactions:
         return Value.of(digest, None, redactions)
-    fd = store.open(digest)
-    if fd is None:
+    view = store.open(digest)
+    if view is None:
         return Value(digest, "missing")
-    with reading(fd) as stream:
-        size = os.fstat(stream.fileno()).st_size
+    with view as stream:
+        size = stream.size
         head = stream.read(PREVIEW_BYTES + 1)
         hasher = hashlib.sha256(head)
         for chunk in iter(lambda: stream.read(_CHUNK), b""):
@@ -90,7 +86,7 @@ class LedgerValues:
             ``args_payload``), for the digests known (32 bytes each).
     """
 
-    store: PayloadStore
+    store: Payloads
     redactions: dict[bytes, Redaction]
     arguments: dict[bytes, bytes] = field(default_factory=dict)
 
@@ -131,7 +127,7 @@ class LedgerValues:
         return found
 
 
-def values_of_entries(store: PayloadStore, entries: Iterable[Entry],
+def values_of_entries(store: Payloads, entries: Iterable[Entry],
                       redaction_entries: Iterable[Entry]) -> LedgerValues:
     """The values of a part of a ledger without reading its log: the arguments digests
     of ``entries`` (a trace's) and the redactions ``redaction_entries`` record (every
@@ -210,19 +206,6 @@ def _scan(book: Ledger, prefix: str) -> _Named:
     return named
 
 
-def _stored(store: PayloadStore, prefix: str) -> Iterator[bytes]:
-    """Digests of the payload files whose names start with ``prefix`` (its shard folder
-    listed; never through a symbolic link)."""
-    folder = store.root / prefix[:2]
-    if os.path.islink(store.root) or os.path.islink(folder):
-        return
-    try:
-        names = os.listdir(folder)
-    except OSError:  # no such shard: no payload starts so
-        return
-    yield from (bytes.fromhex(n) for n in names if _NAME.fullmatch(n) and n.startswith(prefix))
-
-
 def value_by_prefix(book: Ledger, text: str) -> Value:
     """The value a digest or a unique prefix of one names (``sha256:`` optional, at least
     :data:`~evidence_ledger.views.values.MIN_PREFIX_HEX` hex digits): a payload (a file in
@@ -238,7 +221,7 @@ def value_by_prefix(book: Ledger, text: str) -> Value:
     """
     prefix = digest_prefix(text)
     named = _scan(book, prefix)
-    digest = pick_digest(prefix, [*named.payloads, *_stored(book.payloads, prefix),
+    digest = pick_digest(prefix, [*named.payloads, *book.payloads.with_prefix(prefix),
                                   *named.arguments, *named.others])
     values = LedgerValues(book.payloads, named.redactions, named.arguments)
     if digest not in named.arguments and digest not in named.others:
@@ -264,7 +247,7 @@ def payload_digest(book: Ledger, text: str) -> bytes:
     if len(prefix) == 64:
         return bytes.fromhex(prefix)
     named = _scan(book, prefix)
-    return pick_digest(prefix, [*named.payloads, *_stored(book.payloads, prefix)])
+    return pick_digest(prefix, [*named.payloads, *book.payloads.with_prefix(prefix)])
 
 
 class CheckedReader:
