@@ -9,8 +9,8 @@ key order of :func:`evidence_ledger.format.encoding.canonical_order`, a valid ``
 chain, framed by :func:`evidence_ledger.format.framing.frame` in groups of
 :data:`GROUP`, one ``fsync`` per group.
 
-Payloads go through the ledger's own store (:meth:`PayloadStore.put`, then
-:meth:`PayloadStore.sync` with the log, per group), so their layout stays the store's
+Payloads go through the ledger's own store (``put``, then ``flush`` before the log group
+and ``sync`` with the log, per group, as the writer does), so their layout stays the store's
 business. Up to :data:`PAYLOADS_UP_TO` entries only:
 in the layout of one file per payload, the 7.3 million payloads of 10^7 entries would
 take about 20 minutes and as many inodes. Entries past that point name their payloads'
@@ -180,6 +180,8 @@ def write(directory: Path, count: int, stored_up_to: int | None = None) -> None:
             group.append(data)
             if len(group) == GROUP or seq == count - 1:
                 last = len(group) - 1
+                if stored_any:
+                    ledger.payloads.flush()  # the payloads are durable before the log group
                 os.write(fd, b"".join(framing.frame(d, k < last) for k, d in enumerate(group)))
                 if stored_any:
                     ledger.payloads.sync(fd)
