@@ -244,7 +244,7 @@ class Deriver:
             persisted = self._persisted_at.get(state.key)
             rows.append((
                 state.seq, row.run_id, list(row.scope), row.call_id, row.agent, row.tool,
-                digest_text(row.args_digest), row.needs_approval, row.decision, row.sticky,
+                row.args_digest, row.needs_approval, row.decision, row.sticky,
                 row.approver,
                 state.time, state.time, row.decided_at, row.decided_at, row.executed_at,
                 row.executed_at, len(state.executions), row.persisted, persisted, persisted,
@@ -289,7 +289,7 @@ def derive(
         _load(con, deriver, records, size, lambda: progress and progress(deriver.size))
         if size is not None and deriver.size < size:
             raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
-        insert_rows(con, "call_chains", deriver.take_chains())
+        insert_rows(con, VIEWS["call_chains"].table, deriver.take_chains())
         tables = {
             name: con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table()
             .cast(view.schema)
@@ -826,9 +826,10 @@ def _catch_up(
     changed = deriver.take_chains()
     if not fresh and changed.num_rows:
         con.register("_changed", changed.select(["call_seq"]))
-        con.execute("DELETE FROM call_chains WHERE call_seq IN (SELECT call_seq FROM _changed)")
+        con.execute(f"DELETE FROM {VIEWS['call_chains'].table} "
+                    "WHERE call_seq IN (SELECT call_seq FROM _changed)")
         con.unregister("_changed")
-    insert_rows(con, "call_chains", changed)
+    insert_rows(con, VIEWS["call_chains"].table, changed)
     root = deriver.tree.root()
     con.execute("DELETE FROM ledger_index")
     con.execute(

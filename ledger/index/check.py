@@ -81,8 +81,7 @@ def check_batch(records: Sequence[Record]) -> CheckedBatch:
         kind = rows.get(entry.kind)
         if kind is None:
             kind = rows[entry.kind] = ([], [])
-        refs = ["sha256:" + r.hex() for r in entry.refs] if entry.refs else []
-        kind[0].append((entry.seq, hash_, entry.prev, entry.time, refs))
+        kind[0].append((entry.seq, hash_, entry.prev, entry.time, entry.refs))
         kind[1].append(entry.body)
     return CheckedBatch(
         first, len(hashes) // 32, bytes(hashes), bytes(leaves),
@@ -95,6 +94,6 @@ def _table(kind: str, rows: list[tuple[object, ...]], bodies: list[dict[str, obj
     ns = pa.array(times, pa.uint64())
     return pa.Table.from_arrays([
         pa.array(seqs, pa.int64()), pa.array(hashes, pa.binary()), pa.array(prevs, pa.binary()),
-        exact_ns(ns), timestamps(ns), pa.array(refs, pa.list_(pa.string())),
+        exact_ns(ns), timestamps(ns), pa.array(refs, pa.list_(pa.binary())),
         pa.array(bodies, BODIES[kind]),
     ], schema=CHECKED_SCHEMAS[kind])
