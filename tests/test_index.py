@@ -25,7 +25,7 @@ import pyarrow as pa
 import pytest
 
 from evidence_ledger.api.keys import SigningKey
-from evidence_ledger.format.entries import decode_entry
+from evidence_ledger.format.entries import decode_entry, entry_hash
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import Record, frame
 from evidence_ledger.index import build as index_mod
@@ -623,24 +623,23 @@ def test_gated_without_approval_agrees_with_the_verifier_after_a_double_ingest(t
     assert rows.code == 0 and json.loads(rows.out) == []
 
 
-def test_an_update_stopped_midway_is_not_resumed_but_rebuilt(tmp_path, monkeypatch):
+def test_an_update_stopped_midway_leaves_the_index_as_it_was_and_is_resumed(
+    tmp_path, monkeypatch
+):
+    # before: each chunk was committed as it was inserted (a COMMIT per chunk), so an
+    # update killed midway left rows past the indexed size and the next one rebuilt it all
     ledger = Ledger(tmp_path)
     ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
     update_index(ledger)
     writer = EvidenceWriter(ledger)
     for i in range(7):
         writer.run_end(run_id=f"late-{i}", status="completed")
-    monkeypatch.setattr(index_mod, "CHUNK", 3)  # chunks are committed as they are loaded
-
-    def killed(self):
-        raise KeyboardInterrupt  # as if the process died after some chunks were committed
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Deriver, "take_chains", killed)
-        with pytest.raises(KeyboardInterrupt):
-            update_index(ledger)
+    _killed_midway(ledger, monkeypatch)  # after two chunks of three were inserted
+    with connect_read_only(index_mod.index_path(ledger)) as con:
+        assert con.execute("SELECT count(*), max(seq) FROM entries").fetchall() == [(25, 24)]
+        assert con.execute("SELECT tree_size FROM ledger_index").fetchall() == [(25,)]
     info = update_index(ledger)
-    assert info.rebuilt and info.tree_size == 32
+    assert (info.rebuilt, info.added, info.tree_size) == (False, 7, 32)
     _, derived = derive(ledger.scan())
     for name in VIEWS:
         assert table(ledger, name).equals(derived[name]), name
@@ -848,3 +847,33 @@ def test_an_incremental_update_reports_progress_over_the_bytes_it_reads(tmp_path
     update_index(ledger, progress=lambda *report: reports.append(report))
     assert reports[-1] == (7, ledger.store.path.stat().st_size - indexed,
                            ledger.store.path.stat().st_size - indexed)
+
+
+def test_digests_are_blobs_in_the_raw_tables_and_sha256_text_in_the_views(tmp_path):
+    # before: every digest was stored as 71 characters of text (the index 5x its floor)
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    info = update_index(ledger)
+    types = "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = ? AND " \
+        "table_name = ? ORDER BY column_index"
+    hashes = [entry_hash(r.data) for r in ledger.scan() if isinstance(r, Record)]
+    with connect_read_only(info.path) as con:
+        for view in VIEWS.values():
+            assert tuple(con.execute(types, ["main", view.name]).fetchall()) == view.columns
+            stored = dict(con.execute(types, ["raw", view.name]).fetchall())
+            assert {n: stored[n] for n in view.digests} == {
+                n: "BLOB[]" if t.endswith("[]") else "BLOB" for n, t in view.columns
+                if n in view.digests}
+            assert {n: stored[n] for n, _ in view.columns if n not in view.digests} == {
+                n: t for n, t in view.columns if n not in view.digests}
+        assert VIEWS["calls"].digests == {"entry_hash", "arguments_digest", "arguments_payload"}
+        rows = con.execute("SELECT e.entry_hash, r.entry_hash, e.refs, r.refs FROM entries e "
+                           "JOIN raw.entries r USING (seq) ORDER BY seq").fetchall()
+    assert [r[1] for r in rows] == hashes
+    assert [r[0] for r in rows] == ["sha256:" + h.hex() for h in hashes]
+    assert any(r[2] for r in rows)
+    assert all(r[2] == ["sha256:" + b.hex() for b in r[3]] for r in rows)
+    joined = ("SELECT count(*) FROM {0}calls c JOIN {0}executions e "
+              "ON e.arguments_digest = c.arguments_digest")
+    as_text, as_blobs = (run_query(ledger, joined.format(p)).rows for p in ("", "raw."))
+    assert as_text == as_blobs and as_text[0][0] > 0

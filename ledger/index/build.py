@@ -22,9 +22,9 @@ verdict.
 
 I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries checked ahead in
 a worker process (:class:`evidence_ledger.index.worker.BatchChecker`), derived here, and inserted
-and committed on a thread of its own while the next is derived; the metadata row and the
-saved state, written last, let the next update resume where this one stopped, and an
-update killed midway is rebuilt, not resumed), :func:`derive` (the same rows in an
+on a thread of its own while the next is derived, all in one transaction with the metadata
+row and the saved state, written last: the next update resumes where this one stopped, and
+an update killed midway leaves the index as it was before it), :func:`derive` (the same rows in an
 in-memory database), :func:`is_current`. Queries: :mod:`evidence_ledger.index.query`. Tables
 and columns: :data:`evidence_ledger.index.db.VIEWS` and docs/QUERIES.md; ``log_blocks`` (where
 every :data:`BLOCK`-th record starts in the log) lets :mod:`evidence_ledger.index.trace` read a
@@ -74,7 +74,6 @@ from evidence_ledger.index.db import (
     digest_text,
     insert_rows,
     one_line,
-    one_row,
     rows_table,
 )
 from evidence_ledger.index.location import INDEX_NAME, default_index_path
@@ -647,12 +646,6 @@ def _same_log(ledger: Ledger, size: int, last_hash: str, last_offset: int) -> bo
     return isinstance(first, Record) and "sha256:" + entry_hash(first.data).hex() == last_hash
 
 
-def _complete(con: duckdb.DuckDBPyConnection | None, size: int) -> bool:
-    """True when the index holds exactly ``size`` entries: an update that stopped midway
-    (killed) has committed chunks past the size its metadata records."""
-    return con is not None and one_row(con, "SELECT count(*) FROM entries") == (size,)
-
-
 def update_index(
     ledger: Ledger,
     path: str | os.PathLike[str] | None = None,
@@ -665,9 +658,9 @@ def update_index(
     Reads only the records past the indexed tree size (complete groups: a writer
     appending meanwhile is seen up to its last acknowledged group). Starts over when the
     index is missing, unreadable, built by other code, or the log no longer holds the
-    last record indexed (rewritten or truncated). Each chunk is committed as it is
-    inserted; the metadata row, written last, says how far the index holds (an update
-    killed midway is rebuilt, not resumed).
+    last record indexed (rewritten or truncated). One transaction per update, committed
+    once the metadata row (how far the index holds) is written: an update killed midway
+    leaves the index as it was, and the next one resumes from there.
 
     Args:
         ledger: the ledger to index.
@@ -690,9 +683,7 @@ def update_index(
             with contextlib.suppress(duckdb.Error):
                 con = duckdb.connect(str(target))
             meta = None if (con is None or rebuild) else _meta(con)
-            if meta is not None and not (
-                _same_log(ledger, meta[2], meta[4], meta[5]) and _complete(con, meta[2])
-            ):
+            if meta is not None and not _same_log(ledger, meta[2], meta[4], meta[5]):
                 meta = None
             deriver: Deriver | None = None
             items: Iterator[Record | Damage | TornTail] = iter(())
@@ -738,9 +729,11 @@ class _Inserter:
     """Bulk inserts run on a thread of their own, so DuckDB (which releases the GIL)
     stores and compresses one chunk while the next one is derived.
 
-    Use as a context manager around the loop that calls :meth:`put`, inside a
-    transaction: each chunk is inserted and committed, and a new transaction begun (so
-    memory holds one chunk, not the whole update). The connection must not be used by
+    Use as a context manager around the loop that calls :meth:`put`, inside the
+    update's one transaction (committed by the caller once the metadata row is written:
+    a killed update leaves the index as it was; DuckDB writes the rows of a large
+    transaction to the file as it goes, so memory holds a chunk or two, not the whole
+    update). The connection must not be used by
     anyone else until the block exits. On exit the thread has stopped: it has inserted
     everything put, or stopped at its first error, re-raised here (a DuckDB error as
     :class:`UsageError`). When the block raises (Ctrl-C included), the chunk being
@@ -771,8 +764,6 @@ class _Inserter:
                 if self._error is None and not self._abort:
                     try:
                         chunk.insert(self._con)
-                        self._con.execute("COMMIT")
-                        self._con.execute("BEGIN TRANSACTION")
                     except Exception as exc:  # re-raised in the caller's thread on exit
                         self._error = exc
         finally:
@@ -852,7 +843,4 @@ def is_current(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> bool:
         size = ledger.store.path.stat().st_size
     except OSError:
         return False
-    return (
-        size == meta[6] and _same_log(ledger, meta[2], meta[4], meta[5])
-        and _complete(con, meta[2])
-    )
+    return size == meta[6] and _same_log(ledger, meta[2], meta[4], meta[5])
