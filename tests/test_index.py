@@ -567,7 +567,7 @@ def test_deriver_refuses_a_broken_prev_link(tmp_path):
     ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
     records = [r for r in ledger.scan() if isinstance(r, Record)]
     deriver = Deriver()
-    deriver.feed(records[:1], check_batch(records[:1]))
+    deriver.feed(check_batch(records[:1]))
     skipped = [Record(1, records[2].offset, records[2].data, True)]
     with pytest.raises(EvidenceError, match="seq 1"):
         deriver.feed(skipped, check_batch(skipped))
@@ -648,7 +648,7 @@ def test_an_update_stopped_midway_leaves_the_index_as_it_was_and_is_resumed(
 def test_saved_state_loads_back_to_equal_call_states(audit):
     deriver = Deriver()
     records = [record for record in audit.scan() if isinstance(record, Record)]
-    deriver.feed(records, check_batch(records))
+    deriver.feed(check_batch(records))
     deriver.take()
     deriver.take_chains()
     loaded = index_mod._StateUnpickler(io.BytesIO(pickle.dumps(deriver, protocol=5))).load()

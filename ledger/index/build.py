@@ -34,20 +34,18 @@ call's records without scanning the log.
 from __future__ import annotations
 
 import base64
-import collections
 import contextlib
 import errno
 import functools
 import gc
 import hashlib
-import itertools
 import os
 import pickle
 import queue
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +53,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from evidence_ledger.format.entries import ZERO_HASH, Entry, decode_checked, entry_hash
+from evidence_ledger.format.entries import ZERO_HASH, Entry, entry_hash
 from evidence_ledger.format.errors import (
     EvidenceError,
     LedgerError,
@@ -64,7 +62,7 @@ from evidence_ledger.format.errors import (
     UsageError,
 )
 from evidence_ledger.format.framing import Damage, Record, TornTail
-from evidence_ledger.index.check import CheckedBatch
+from evidence_ledger.index.check import BLOCK, CheckedBatch
 from evidence_ledger.index.db import (
     BLOCKS_SCHEMA,
     CALL_SEQ,
@@ -77,7 +75,7 @@ from evidence_ledger.index.db import (
     rows_table,
 )
 from evidence_ledger.index.location import INDEX_NAME, default_index_path
-from evidence_ledger.index.worker import BatchChecker
+from evidence_ledger.index.worker import Checked, Checker, check_records, read_log_chunk
 from evidence_ledger.storage.fsutil import file_lock, open_regular, problem
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog import merkle
@@ -102,10 +100,6 @@ __all__ = [
 INDEX_VERSION = 1
 CHUNK = 50_000
 """Records decoded between two bulk inserts."""
-BLOCK = 4096
-"""Records between two rows of ``log_blocks`` (besides the first record of each batch an
-update reads): a reader of the index reads at most this many records to reach one it
-names."""
 AHEAD = 2
 """Batches of :data:`CHUNK` records given to the checker before the one being derived."""
 Progress = Callable[[int, int, int], None]
@@ -144,32 +138,26 @@ class Deriver:
         self._executed_at: dict[CallKey, int] = {}
         self._blocks: list[tuple[int, int]] = []
 
-    def feed(self, records: Sequence[Record], checked: CheckedBatch) -> None:
-        """Derive the rows of a batch of records, the first at index :attr:`size`.
+    def feed(self, checked: CheckedBatch) -> None:
+        """Derive the rows of a checked batch of records, the first at index :attr:`size`.
 
         Args:
-            records: the batch, in log order.
-            checked: :func:`evidence_ledger.index.check.check_batch` of exactly these records.
+            checked: :func:`evidence_ledger.index.check.check_batch` of the batch.
 
         Raises:
             EvidenceError: at the first record that does not continue the log (its
                 ``seq`` or ``prev``), or that ``checked`` found a problem with (its CRC-32
                 or canonical decoding); run ``verify``.
-            ValueError: if ``checked`` is not of this batch at this size (a caller's bug).
+            ValueError: if ``checked`` does not start at this size (a caller's bug).
         """
         hashes, leaves = checked.hashes, checked.leaves
-        if checked.first != self.size or checked.count > len(records):
+        if checked.first != self.size:
             raise ValueError("the checked batch is not the one fed")
         self._checked.append(checked)
-        first = checked.first
-        starts = range((-first) % BLOCK, checked.count, BLOCK)  # the records at seq % BLOCK 0
-        if checked.count and (not starts or starts[0]):
-            self._blocks.append((first, records[0].offset))  # and the first of the batch
-        self._blocks += [(first + i, records[i].offset) for i in starts]
-        for i, record in enumerate(itertools.islice(records, checked.count)):
+        self._blocks += checked.blocks
+        for i, entry in enumerate(checked.entries):
             seq = self.size
-            entry = decode_checked(record.data)
-            if record.index != seq or entry.seq != seq or entry.prev != self.last_hash:
+            if entry.seq != seq or entry.prev != self.last_hash:
                 raise EvidenceError(
                     f"log damaged at seq {seq}: seq or prev does not continue the log "
                     "(run verify)"
@@ -177,8 +165,10 @@ class Deriver:
             self.tree.append(leaves[32 * i:32 * i + 32])
             self.engine.feed(entry)
             self._attribute(entry)
-            self.size, self.offset, self.last_offset = seq + 1, record.end, record.offset
+            self.size = seq + 1
             self.last_hash = hashes[32 * i:32 * i + 32]
+        if checked.count:
+            self.offset, self.last_offset = checked.end, checked.last_offset
         if checked.problem is not None:
             raise EvidenceError(checked.problem)
 
@@ -285,7 +275,8 @@ def derive(
     with _gc_paused(), contextlib.closing(duckdb.connect()) as con:
         for statement in [*SCHEMA, "BEGIN TRANSACTION"]:
             con.execute(statement)
-        _load(con, deriver, records, size, lambda: progress and progress(deriver.size))
+        _load(con, deriver, _given_chunks(records, size),
+              lambda: progress and progress(deriver.size))
         if size is not None and deriver.size < size:
             raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
         insert_rows(con, VIEWS["call_chains"].table, deriver.take_chains())
@@ -317,36 +308,71 @@ def _batches(
         yield batch, None
 
 
-def _load(
-    con: duckdb.DuckDBPyConnection, deriver: Deriver,
+def _given_chunks(
     items: Iterable[Record | Damage | TornTail], size: int | None,
+) -> Iterator[Checked]:
+    """The records of ``items`` (up to ``size`` entries), checked a :data:`CHUNK` at a
+    time: the first in line, the next :data:`AHEAD` in the worker meanwhile."""
+    batches = _batches(items, size)
+    first = next(batches, None)
+    if first is None:
+        return
+    with Checker() as checker:
+        queued = 0
+
+        def top_up() -> None:
+            nonlocal queued
+            while queued < AHEAD and (batch := next(batches, None)) is not None:
+                checker.submit(check_records, *batch)
+                queued += 1
+
+        top_up()
+        yield check_records(*first)
+        while queued:
+            checked = checker.result()
+            queued -= 1
+            top_up()
+            yield checked
+
+
+def _log_chunks(ledger: Ledger, offset: int, index: int) -> Iterator[Checked]:
+    """The log from byte ``offset`` (record ``index``) on, read and checked a :data:`CHUNK`
+    at a time: the first in line, each later one by the worker (from the byte where the
+    chunk before ends) while the one before is derived."""
+    directory = str(ledger.store.directory)
+    checked = read_log_chunk(directory, offset, index, CHUNK)
+    with Checker() as checker:
+        while True:
+            batch = checked.batch
+            going_on = checked.more and batch is not None and batch.problem is None
+            if going_on:
+                assert batch is not None
+                checker.submit(read_log_chunk, directory, batch.end, batch.first + batch.count,
+                               CHUNK)
+            yield checked
+            if not going_on:
+                return
+            checked = checker.result()
+
+
+def _load(
+    con: duckdb.DuckDBPyConnection, deriver: Deriver, chunks: Iterator[Checked],
     chunk_done: Callable[[], object],
 ) -> None:
-    """Feed ``items`` (up to ``size`` entries) to ``deriver`` one :data:`CHUNK` at a time
-    and insert the rows of each into ``con`` on a thread of its own (:class:`_Inserter`).
-    Each chunk after the first is checked in a worker process meanwhile
-    (:class:`evidence_ledger.index.worker.BatchChecker`).
+    """Feed ``chunks`` to ``deriver`` and insert the rows of each into ``con`` on a thread
+    of its own (:class:`_Inserter`).
 
     Raises:
         EvidenceError: at a damaged record (see :meth:`Deriver.feed`).
     """
-    with _Inserter(con) as inserter, BatchChecker() as checker:
-        batches = _batches(items, size)
-        ahead: collections.deque[tuple[list[Record], str | None]] = collections.deque()
-        while True:
-            while len(ahead) <= AHEAD and (batch := next(batches, None)) is not None:
-                if batch[0]:
-                    checker.submit(batch[0])  # checked while earlier batches are derived
-                ahead.append(batch)
-            if not ahead:
-                break
-            records, damage = ahead.popleft()
-            if records:
-                deriver.feed(records, checker.result())
+    with _Inserter(con) as inserter, contextlib.closing(chunks):
+        for checked in chunks:
+            if checked.batch is not None:
+                deriver.feed(checked.batch)
                 inserter.put(deriver.take())
                 chunk_done()
-            if damage is not None:
-                raise EvidenceError(damage)
+            if checked.damage is not None:
+                raise EvidenceError(checked.damage)
 
 
 # -- the index file --------------------------------------------------------------------
@@ -686,14 +712,11 @@ def update_index(
             if meta is not None and not _same_log(ledger, meta[2], meta[4], meta[5]):
                 meta = None
             deriver: Deriver | None = None
-            items: Iterator[Record | Damage | TornTail] = iter(())
             if meta is not None:
                 assert con is not None
-                items = ledger.store.scan(meta[6], meta[2])
-                first = next(items, None)
+                first = next(iter(ledger.store.scan(meta[6], meta[2])), None)
                 if first is None or isinstance(first, TornTail):
                     return IndexInfo(target, meta[2], base64.b64decode(meta[3]))
-                items = itertools.chain([first], items)
                 deriver = _load_state(target, meta[2], meta[4])
                 if deriver is None:
                     meta = None
@@ -701,9 +724,10 @@ def update_index(
                 if con is not None:
                     con.close()
                 con = _connect_fresh(target, owned=path is None)
-                deriver, items = Deriver(), ledger.store.scan()
+                deriver = Deriver()
             assert con is not None
-            return _catch_up(con, ledger, deriver, items, meta is None, progress, target)
+            chunks = _log_chunks(ledger, deriver.offset, deriver.size)
+            return _catch_up(con, ledger, deriver, chunks, meta is None, progress, target)
         except duckdb.Error as exc:  # a statement or commit that did not land
             raise index_failed(exc, target) from exc
         finally:
@@ -802,7 +826,7 @@ class _Inserter:
 
 def _catch_up(
     con: duckdb.DuckDBPyConnection, ledger: Ledger, deriver: Deriver,
-    items: Iterator[Record | Damage | TornTail], fresh: bool, progress: Progress | None,
+    chunks: Iterator[Checked], fresh: bool, progress: Progress | None,
     target: Path,
 ) -> IndexInfo:
     start, first_byte = deriver.size, deriver.offset
@@ -813,7 +837,7 @@ def _catch_up(
             progress(deriver.size - start, deriver.offset - first_byte, total)
 
     con.execute("BEGIN TRANSACTION")
-    _load(con, deriver, items, None, report)
+    _load(con, deriver, chunks, report)
     changed = deriver.take_chains()
     if not fresh and changed.num_rows:
         con.register("_changed", changed.select(["call_seq"]))

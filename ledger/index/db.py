@@ -327,7 +327,7 @@ _VIEW_SQL: dict[str, tuple[str, str]] = {
             r.body.message_digest AS message_digest, r.call_seq,
             r.time AS judged_at, r.time_ns AS judged_at_ns
         FROM new_{kind} r""") for kind in ("allowed", "denied")},
-    "revocations": ("revocation", f"""
+    "revocations": ("revocation", """
         SELECT r.seq, r.entry_hash AS entry_hash, r.body.run_id, r.body.call_id,
             r.body.by AS revoked_by, r.body.reason, r.time AS revoked_at,
             r.time_ns AS revoked_at_ns
