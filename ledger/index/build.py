@@ -20,11 +20,12 @@ fails its CRC-32, canonical decoding, ``seq`` or ``prev`` link stops the index
 (:class:`EvidenceError`); ``verify`` names every break, checks payloads and refs, and stays the
 verdict.
 
-I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries checked ahead in
-a worker process (:class:`evidence_ledger.index.worker.BatchChecker`), derived here, and inserted
-on a thread of its own while the next is derived, all in one transaction with the metadata
-row and the saved state, written last: the next update resumes where this one stopped, and
-an update killed midway leaves the index as it was before it), :func:`derive` (the same rows in an
+I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries read from its byte
+range of the log and checked ahead in a worker process
+(:class:`evidence_ledger.index.worker.Checker`), derived here, and inserted on a thread of its
+own while the next is derived, all in one transaction committed once the metadata row is
+written: an update killed midway leaves the index as it was before it; the saved state,
+written just before the commit, at another size than the metadata's rebuilds the index), :func:`derive` (the same rows in an
 in-memory database), :func:`is_current`. Queries: :mod:`evidence_ledger.index.query`. Tables
 and columns: :data:`evidence_ledger.index.db.VIEWS` and docs/QUERIES.md; ``log_blocks`` (where
 every :data:`BLOCK`-th record starts in the log) lets :mod:`evidence_ledger.index.trace` read a
@@ -515,6 +516,9 @@ def _well_formed(state: object) -> bool:
 
 
 def _save_state(target: Path, deriver: Deriver) -> None:
+    # Seam for issue 25: the deriver's state moves into DuckDB tables (in the update's one
+    # transaction) once RuleEngine has a plain-data snapshot/restore; until then it is
+    # this pickle, read back by _StateUnpickler.
     path = _state_path(target)
     tmp = path.with_name(path.name + ".tmp")
     try:
