@@ -25,11 +25,11 @@ range of the log and checked ahead in a worker process
 (:class:`evidence_ledger.index.worker.Checker`), derived here, and inserted on a thread of its
 own while the next is derived, all in one transaction committed once the metadata row is
 written: an update killed midway leaves the index as it was before it; the saved state,
-written just before the commit, at another size than the metadata's rebuilds the index), :func:`derive` (the same rows in an
-in-memory database), :func:`is_current`. Queries: :mod:`evidence_ledger.index.query`. Tables
-and columns: :data:`evidence_ledger.index.db.VIEWS` and docs/QUERIES.md; ``log_blocks`` (where
-every :data:`BLOCK`-th record starts in the log) lets :mod:`evidence_ledger.index.trace` read a
-call's records without scanning the log.
+written just before the commit, at another size than the metadata's rebuilds the index),
+:func:`derive` (the same rows in an in-memory database), :func:`is_current`. Queries:
+:mod:`evidence_ledger.index.query`. Tables and columns: :data:`evidence_ledger.index.db.VIEWS`
+and docs/QUERIES.md; ``log_blocks`` (where every :data:`BLOCK`-th record starts in the log)
+lets :mod:`evidence_ledger.index.trace` read a call's records without scanning the log.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import queue
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -311,7 +311,7 @@ def _batches(
 
 def _given_chunks(
     items: Iterable[Record | Damage | TornTail], size: int | None,
-) -> Iterator[Checked]:
+) -> Generator[Checked, None, None]:
     """The records of ``items`` (up to ``size`` entries), checked a :data:`CHUNK` at a
     time: the first in line, the next :data:`AHEAD` in the worker meanwhile."""
     batches = _batches(items, size)
@@ -336,7 +336,7 @@ def _given_chunks(
             yield checked
 
 
-def _log_chunks(ledger: Ledger, offset: int, index: int) -> Iterator[Checked]:
+def _log_chunks(ledger: Ledger, offset: int, index: int) -> Generator[Checked, None, None]:
     """The log from byte ``offset`` (record ``index``) on, read and checked a :data:`CHUNK`
     at a time: the first in line, each later one by the worker (from the byte where the
     chunk before ends) while the one before is derived."""
@@ -357,7 +357,7 @@ def _log_chunks(ledger: Ledger, offset: int, index: int) -> Iterator[Checked]:
 
 
 def _load(
-    con: duckdb.DuckDBPyConnection, deriver: Deriver, chunks: Iterator[Checked],
+    con: duckdb.DuckDBPyConnection, deriver: Deriver, chunks: Generator[Checked, None, None],
     chunk_done: Callable[[], object],
 ) -> None:
     """Feed ``chunks`` to ``deriver`` and insert the rows of each into ``con`` on a thread
@@ -830,7 +830,7 @@ class _Inserter:
 
 def _catch_up(
     con: duckdb.DuckDBPyConnection, ledger: Ledger, deriver: Deriver,
-    chunks: Iterator[Checked], fresh: bool, progress: Progress | None,
+    chunks: Generator[Checked, None, None], fresh: bool, progress: Progress | None,
     target: Path,
 ) -> IndexInfo:
     start, first_byte = deriver.size, deriver.offset
