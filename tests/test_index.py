@@ -570,7 +570,7 @@ def test_deriver_refuses_a_broken_prev_link(tmp_path):
     deriver.feed(check_batch(records[:1]))
     skipped = [Record(1, records[2].offset, records[2].data, True)]
     with pytest.raises(EvidenceError, match="seq 1"):
-        deriver.feed(skipped, check_batch(skipped))
+        deriver.feed(check_batch(skipped))
 
 
 def test_no_ledger_is_a_usage_error(tmp_path):
