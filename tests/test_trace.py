@@ -147,7 +147,8 @@ def test_a_record_rewritten_after_indexing_is_evidence_that_fails(tmp_path):
 
 
 EDITS = {
-    "call_id of another call's entries": "UPDATE raw.entries SET call_id = 'c10' WHERE seq IN (0, 1)",
+    "call_id of another call's entries":
+        "UPDATE raw.entries SET call_id = 'c10' WHERE seq IN (0, 1)",
     "a run moved": "UPDATE raw.entries SET run_id = 'r10' WHERE seq = 4",
     "a block offset mid-record": "UPDATE log_blocks SET log_offset = 5 WHERE first_seq = 40",
     "a block offset past the log": "UPDATE log_blocks SET log_offset = 9223372036854775807",
