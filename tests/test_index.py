@@ -645,6 +645,27 @@ def test_an_update_stopped_midway_leaves_the_index_as_it_was_and_is_resumed(
         assert table(ledger, name).equals(derived[name]), name
 
 
+def test_an_update_holds_duckdb_to_its_memory_limit(tmp_path, monkeypatch):
+    # before: DuckDB's default buffer pool (80% of RAM) cached every block the update wrote
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    limits = []
+    take_chains = Deriver.take_chains
+
+    def noting_the_limit(self):
+        con = index_mod.duckdb.connect(str(index_mod.index_path(ledger)))
+        limits.append(con.execute("SELECT current_setting('memory_limit')").fetchone())
+        con.close()
+        return take_chains(self)
+
+    monkeypatch.setattr(Deriver, "take_chains", noting_the_limit)
+    update_index(ledger)
+    expected = index_mod.duckdb.connect(config={"memory_limit": index_mod.MEMORY_LIMIT})
+    assert limits == [expected.execute("SELECT current_setting('memory_limit')").fetchone()]
+    assert limits != [index_mod.duckdb.connect().execute(
+        "SELECT current_setting('memory_limit')").fetchone()]
+
+
 def test_saved_state_loads_back_to_equal_call_states(audit):
     deriver = Deriver()
     records = [record for record in audit.scan() if isinstance(record, Record)]
