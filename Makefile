@@ -6,10 +6,12 @@ STAMP  := $(VENV)/.installed-dev
 
 .PHONY: demo test test-fast lint reliability fuzz bench clean
 
+# uv (from PyPI) installs the project, editable, and its dependencies through the same build
+# backend and resolution as pip, in about a tenth of pip's time on a fresh machine.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --upgrade pip uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[dev]"
 	touch $(STAMP)
 
 ## demo: record the approval-flow example into a fresh ledger, print its calls, verify it
@@ -50,7 +52,7 @@ fuzz: $(STAMP)
 
 ## bench: every benchmark (never part of make test); table on stdout, benchmarks/results.json
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[dev,bench]"
 	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/python -m benchmarks.run
 
 clean:

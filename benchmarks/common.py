@@ -103,25 +103,64 @@ def median_time(
     return statistics.median(times)
 
 
-def peak_rss_mb(code: str, *args: str) -> tuple[float, float]:
-    """Run ``python -c code args`` in a fresh process; return (seconds, peak RSS in MB).
+def scaled(entries: int) -> int:
+    """``entries``, or a hundredth of it (at least 1,000) when ``BENCH_SMOKE=1``: a quick
+    run of the harness at small sizes (``python -m benchmarks.run --smoke``)."""
+    return max(1_000, entries // 100) if os.environ.get("BENCH_SMOKE") == "1" else entries
 
-    Peak RSS is the process's ``VmHWM`` (reset by exec), not ``ru_maxrss``, which Linux
-    carries over from the forking parent.
+
+@dataclass
+class Fresh:
+    """What :func:`run_fresh` measured of one fresh process.
+
+    Attributes:
+        seconds: wall time of the code (imports included, interpreter start-up not).
+        rss_mb: the process's peak RSS (``VmHWM``), MB.
+        children_mb: peak RSS of its largest waited-for child (``ru_maxrss`` of
+            ``RUSAGE_CHILDREN``), MB; 0 without children.
+        output: what the code printed.
+    """
+
+    seconds: float
+    rss_mb: float
+    children_mb: float
+    output: str
+
+
+def run_fresh(code: str, *args: str) -> Fresh:
+    """Run ``python -c code args`` in a fresh process (cwd: the repository) and measure it.
+
+    Peak RSS is the process's ``VmHWM`` (reset by exec), not its own ``ru_maxrss``, which
+    Linux carries over from the forking parent.
+
+    Raises:
+        RuntimeError: if the process fails (with the end of its stderr).
     """
     wrapper = (
-        "import sys, time\n"
+        "import resource, sys, time\n"
         "start = time.perf_counter()\n"
         f"exec(compile({code!r}, 'bench', 'exec'))\n"
         "elapsed = time.perf_counter() - start\n"
         "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
-        "print(elapsed, int(hwm.split()[1]) / 1024)\n"
+        "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print('\\nBENCH', elapsed, int(hwm.split()[1]) / 1024, kids / 1024)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", wrapper, *args], capture_output=True, text=True, check=True,
-        cwd=REPO,
-    ).stdout.split()
-    return float(out[-2]), float(out[-1])
+    done = subprocess.run(
+        [sys.executable, "-c", wrapper, *args], capture_output=True, text=True, cwd=REPO,
+    )
+    if done.returncode:
+        raise RuntimeError(f"benchmark process failed ({done.returncode}): "
+                           + "\n".join(done.stderr.splitlines()[-5:]))
+    head, _, last = done.stdout.rpartition("\nBENCH ")
+    seconds, rss, children = map(float, last.split())
+    return Fresh(seconds, rss, children, head)
+
+
+def peak_rss_mb(code: str, *args: str) -> tuple[float, float]:
+    """Run ``python -c code args`` in a fresh process; return (seconds, peak RSS in MB)
+    (see :func:`run_fresh`)."""
+    done = run_fresh(code, *args)
+    return done.seconds, done.rss_mb
 
 
 def print_table(rows: list[Row], machine: str) -> None:

@@ -1,7 +1,7 @@
 """Transparency-log commands: keys, signed checkpoints, inclusion and consistency proofs.
 
 Thin: parse arguments, call the public API (``SigningKey``, ``Ledger.checkpoint``,
-``verify_checkpoint``, ``Ledger.inclusion_proof`` / ``consistency_proof``), print. Errors are
+``verify_checkpoint``, ``LedgerProofs``), print. Errors are
 :class:`evidence_ledger.LedgerError` types, turned into one line and an exit code by the
 handler in :mod:`evidence_ledger.cli.main`. Hashes are printed in standard
 base64; ``--json`` uses the field names of the transparency-dev/merkle test vectors.
@@ -213,6 +213,20 @@ def verify_checkpoint_command(
     )
 
 
+ProofKeyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--verifier-key", metavar="VKEY",
+        help="Trusted C2SP verifier key (repeatable): the latest stored checkpoint must be "
+             "signed by one, and the proof is checked against its root (exit 1 if not).",
+    ),
+]
+
+
+def _proofs(ledger: Path | None, keys: list[str] | None) -> el.LedgerProofs:
+    return el.LedgerProofs(ledger, verifier_keys=keys or [], notice=_notice)
+
+
 def inclusion_command(
     seq: Annotated[int, typer.Option("--seq", metavar="N", help="Entry seq (0-based leaf index).")],
     ledger: LedgerOpt = None,
@@ -222,14 +236,20 @@ def inclusion_command(
             "--tree-size", metavar="N", help="Prove against this tree size (default: current)."
         ),
     ] = None,
+    verifier_key: ProofKeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print an RFC 9162 inclusion proof: leaf hash, tree size, root, audit path.
+    """Print an RFC 9162 inclusion proof: leaf hash, tree size, root, audit path, and what
+    it was checked against.
 
-    The root and leaf hash are recomputed from log.bin and the proof is checked against
-    them; a tree/ cache that fails the check is rebuilt from the log (one notice line).
+    The path is read from the tree/ cache in O(log n); the leaf hash is recomputed from the
+    entry's bytes in log.bin, and the proof is checked against the root of log.bin recorded
+    in tree/root.json (extended by any entries appended since) and the latest stored
+    checkpoint (its signature verified with --verifier-key, else said to be unchecked). A
+    cache that fails the check is rebuilt from the log (one notice line); a log that no
+    longer gives a root it gave before is refused (exit 1). See FORMAT.md "The tree cache".
     """
-    proof = open_ledger(ledger).inclusion_proof(seq, tree_size, notice=_notice)
+    proof = _proofs(ledger, verifier_key).inclusion_proof(seq, tree_size)
     _print(proof.to_json(), as_json)
 
 
@@ -239,14 +259,17 @@ def consistency_command(
     to: Annotated[
         int | None, typer.Option("--to", metavar="N", help="Newer tree size (default: current).")
     ] = None,
+    verifier_key: ProofKeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print an RFC 9162 consistency proof between two tree sizes.
+    """Print an RFC 9162 consistency proof between two tree sizes, and what it was checked
+    against.
 
-    Both roots are recomputed from log.bin and the proof is checked against them; a
-    tree/ cache that fails the check is rebuilt from the log (one notice line).
+    Read from the tree/ cache in O(log n) and checked, as `inclusion` says, against the
+    root recorded in tree/root.json and the latest stored checkpoint; a cache that fails
+    the check is rebuilt from the log (one notice line).
     """
-    proof = open_ledger(ledger).consistency_proof(from_, to, notice=_notice)
+    proof = _proofs(ledger, verifier_key).consistency_proof(from_, to)
     _print(proof.to_json(), as_json)
 
 

@@ -62,6 +62,7 @@ __version__ = "0.2.0"
 _PUBLIC = {
     # verbs
     "Ledger": "evidence_ledger.api.handle",
+    "LedgerProofs": "evidence_ledger.api.proofs",
     "Recorder": "evidence_ledger.record.integrations.openai_agents",
     "SigningKey": "evidence_ledger.api.keys",
     "verify_bundle": "evidence_ledger.api.offline",
@@ -118,6 +119,7 @@ __all__ = [
     "GuardDenied",
     "Ledger",
     "LedgerError",
+    "LedgerProofs",
     "MissingExtraError",
     "MonitorError",
     "NamedQuery",
@@ -168,6 +170,7 @@ if TYPE_CHECKING:
         verify_checkpoint,
         verify_export,
     )
+    from evidence_ledger.api.proofs import LedgerProofs
     from evidence_ledger.api.reports import ReportFile, report_bundle
     from evidence_ledger.api.witness import WitnessServer
     from evidence_ledger.bundle.verify import VerifiedBundle

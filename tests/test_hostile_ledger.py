@@ -212,17 +212,42 @@ def test_a_damaged_log_fails_the_proof_commands(tmp_path):
         assert result.err.count("\n") == 1 and "damaged at seq 30" in result.err, result.err
 
 
-def test_a_log_rewritten_under_the_cache_is_proven_as_it_now_is(tmp_path):
-    """A forger rewrites one entry (CRC fixed): the proof is of the log as it is, and a
-    notice says the store disagreed (verify and checkpoints tell whether it was forged)."""
+def test_a_log_rewritten_under_the_cache_is_refused_not_proven(tmp_path):
+    """A forger rewrites one entry (CRC fixed) under a cache that agrees with the old log:
+    the proof commands rebuild the cache (one notice), find that the log no longer gives
+    the root recorded in tree/root.json, and prove nothing (exit 1, saying so). Deleting
+    tree/ accepts the log as it now is, and the proof says its root was recomputed."""
     book = _book(tmp_path / "l", 300)
     assert cli("inclusion", "--ledger", str(book), "--seq", "260").code == 0
+    recorded = json.loads((book / "tree" / "root.json").read_text())
     forge_entry(book, 260, lambda data: data.replace(b"r260", b"r999"))
+    for args in (["inclusion", "--seq", "260"], ["inclusion", "--seq", "0"],
+                 ["consistency", "--from", "5"]):
+        result = cli(*args, "--ledger", str(book), "--json")
+        assert result.code == 1 and result.out == "", (args, result)
+        notice, error = result.err.splitlines()
+        assert notice.startswith("notice: the tree store ") and "rebuilt it" in notice
+        assert error.startswith("evidence-ledger: error: ") and (
+            "contradicts root recorded in tree/root.json (tree size 300, ") in error
+        assert error.endswith("nothing is proven (run verify)"), error
+    assert json.loads((book / "tree" / "root.json").read_text()) == recorded
+    shutil.rmtree(book / "tree")
     result = cli("inclusion", "--ledger", str(book), "--seq", "260", "--json")
-    _check_inclusion(book, 260, result)  # its path holds no hash of entry 260
-    result = cli("inclusion", "--ledger", str(book), "--seq", "0", "--json")
-    _check_inclusion(book, 0, result)
-    assert "rebuilt" in result.err and "run verify" in result.err
+    _check_inclusion(book, 260, result)
+    assert json.loads(result.out)["checked_against"] == [
+        "root recomputed from log.bin (tree size 300); recorded in tree/root.json"]
+
+
+def test_a_log_rewritten_before_any_root_was_recorded_contradicts_its_checkpoint(tmp_path):
+    """No recorded root yet, but a signed checkpoint: the root recomputed from the forged
+    log does not extend the checkpoint, and nothing is proven."""
+    book, _, vkey = _keyed(tmp_path)
+    forge_entry(book, 3, lambda data: data[:-1] + bytes([data[-1] ^ 1]))
+    result = cli("inclusion", "--ledger", str(book), "--seq", "1", "--verifier-key", vkey)
+    assert result.code == 1 and result.out == "", result
+    assert "contradicts checkpoint 00000001 (tree size " in result.err, result.err
+    assert "signature verified: example.com/log+" in result.err, result.err
+    assert not (book / "tree" / "root.json").exists()  # a root that failed is not recorded
 
 
 def test_library_proofs_stay_fast_and_the_store_can_be_rebuilt(tmp_path):

@@ -8,6 +8,7 @@ c2sp.org/tlog-checkpoint), sharing no code with ``evidence_ledger.tlog.note``.
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import json
 import os
@@ -286,7 +287,7 @@ def test_inclusion_and_consistency_print_verifiable_proofs(book):
     result = run_cli("inclusion", "--ledger", str(book), "--seq", "13", "--json")
     assert result.code == 0, result.err
     doc = json.loads(result.out)
-    assert list(doc) == ["leafIdx", "treeSize", "leafHash", "root", "proof"]
+    assert list(doc) == ["leafIdx", "treeSize", "leafHash", "root", "proof", "checked_against"]
     assert (doc["leafIdx"], doc["treeSize"]) == (13, 21)
     assert base64.b64decode(doc["leafHash"]) == leaves[13]
     proof = [base64.b64decode(h) for h in doc["proof"]]
@@ -294,7 +295,7 @@ def test_inclusion_and_consistency_print_verifiable_proofs(book):
 
     result = run_cli("consistency", "--ledger", str(book), "--from", "5", "--to", "17", "--json")
     doc = json.loads(result.out)
-    assert list(doc) == ["size1", "size2", "root1", "root2", "proof"]
+    assert list(doc) == ["size1", "size2", "root1", "root2", "proof", "checked_against"]
     proof = [base64.b64decode(h) for h in doc["proof"]]
     roots = base64.b64decode(doc["root1"]), base64.b64decode(doc["root2"])
     verify_consistency(5, 17, proof, *roots)
@@ -303,7 +304,9 @@ def test_inclusion_and_consistency_print_verifiable_proofs(book):
     assert text[:2] == ["leafIdx: 13", "treeSize: 21"]
     assert text[2] == f"leafHash: {base64.b64encode(leaves[13]).decode()}"
     labels = [line.split(":")[0] for line in text[4:]]
-    assert labels == [f"proof[{i}]" for i in range(len(text) - 4)]
+    assert labels == [f"proof[{i}]" for i in range(len(text) - 5)] + ["checked_against[0]"]
+    assert text[-1] == ("checked_against[0]: root recorded in tree/root.json (tree size 21, "
+                        f"{_recorded(book)})")
 
 
 def test_proof_commands_usage_errors(book, tmp_path):
@@ -370,3 +373,9 @@ def test_pubkey_of_a_verifier_key_file_says_it_is_public(tmp_path):
     assert result.code == 2 and result.err == (
         f"evidence-ledger: error: {tmp_path}/l.vkey is not a private key file (a private key "
         "starts with PRIVATE+KEY+; a verifier key is public)\n")
+
+
+def _recorded(book: Path) -> str:
+    """When the root in ``book``'s tree/root.json was recorded, as a proof names it."""
+    ns = json.loads((book / "tree" / "root.json").read_text())["recorded_ns"]
+    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

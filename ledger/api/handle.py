@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from evidence_ledger.api.extras import load
 from evidence_ledger.api.keys import SigningKey, signing_keys
 from evidence_ledger.api.keys import verifier_keys as verifier_key_strings
+from evidence_ledger.api.proofs import LedgerProofs, ledger_directory
 from evidence_ledger.format.entries import KINDS, entry_json
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.times import time_ns
@@ -39,8 +40,6 @@ from evidence_ledger.storage.checkpoint_store import StoredCheckpoint
 from evidence_ledger.storage.files import read_input, refuse_inside
 from evidence_ledger.storage.fsutil import reading
 from evidence_ledger.storage.keys import refuse_key_inside
-from evidence_ledger.storage.ledger_dir import Ledger as LedgerDirectory
-from evidence_ledger.storage.log_proofs import prove_consistency_checked, prove_inclusion_checked
 from evidence_ledger.tlog.cosignature import WitnessPolicy
 from evidence_ledger.tlog.note import MAX_NOTE_BYTES
 from evidence_ledger.tlog.witness_protocol import Witness
@@ -94,16 +93,13 @@ class Ledger:
     """
 
     def __init__(self, directory: Source | None = None, *, create: bool = False) -> None:
-        book = LedgerDirectory(directory)
-        if os.path.lexists(book.directory) and not book.directory.is_dir():
-            raise UsageError(
-                f"{book.directory} is not a directory; --ledger names a ledger directory"
-            )
+        book = ledger_directory(directory)
         if not create:
             book.require_exists()
         else:
             _refuse_uncreatable(book.directory)
         self._book = book
+        self._proofs: dict[tuple[str, ...], LedgerProofs] = {}
 
     @property
     def directory(self) -> Path:
@@ -279,31 +275,47 @@ class Ledger:
 
     def inclusion_proof(
         self, seq: int, tree_size: int | None = None, *,
-        notice: Callable[[str], None] | None = None,
+        notice: Callable[[str], None] | None = None, verifier_keys: str | Sequence[str] = (),
     ) -> InclusionProof:
         """An RFC 9162 §2.1.3 inclusion proof of entry ``seq`` (0-based leaf index) in the
-        tree of ``tree_size`` entries (default: the current size), checked against the root
-        recomputed from ``log.bin``; a derived ``tree/`` cache that fails is rebuilt
-        (``notice`` is told).
+        tree of ``tree_size`` entries (default: the current size), taken from the ``tree/``
+        cache and checked against the root of ``log.bin`` recorded in ``tree/root.json``
+        and the latest stored checkpoint (signed by one of ``verifier_keys`` when given);
+        a cache that fails is rebuilt (``notice`` is told). Repeated calls reuse the
+        loaded tree (see :class:`~evidence_ledger.api.proofs.LedgerProofs`).
 
         Raises:
             UsageError: unless ``0 <= seq < tree_size <= size``.
-            EvidenceError: if the log is damaged.
+            EvidenceError: if the log is damaged or contradicts the recorded root or the
+                checkpoint, or the checkpoint does not verify with ``verifier_keys``.
         """
-        return prove_inclusion_checked(self._book, seq, tree_size, notice or _quiet)
+        proofs = self._proofs_for(verifier_keys, notice)
+        return proofs.inclusion_proof(seq, tree_size)
 
     def consistency_proof(
         self, old_size: int, new_size: int | None = None, *,
-        notice: Callable[[str], None] | None = None,
+        notice: Callable[[str], None] | None = None, verifier_keys: str | Sequence[str] = (),
     ) -> ConsistencyProof:
         """An RFC 9162 §2.1.4 consistency proof from tree size ``old_size`` to ``new_size``
-        (default: the current size), checked against both roots recomputed from the log.
+        (default: the current size), checked as :meth:`inclusion_proof` says.
 
         Raises:
             UsageError: unless ``0 < old_size <= new_size <= size``.
-            EvidenceError: if the log is damaged.
+            EvidenceError: as :meth:`inclusion_proof`.
         """
-        return prove_consistency_checked(self._book, old_size, new_size, notice or _quiet)
+        proofs = self._proofs_for(verifier_keys, notice)
+        return proofs.consistency_proof(old_size, new_size)
+
+    def _proofs_for(self, keys: str | Sequence[str],
+                    notice: Callable[[str], None] | None) -> LedgerProofs:
+        """The :class:`LedgerProofs` kept for ``keys``, telling ``notice``."""
+        wanted = tuple(verifier_key_strings(keys))
+        proofs = self._proofs.get(wanted)
+        if proofs is None:
+            proofs = self._proofs[wanted] = LedgerProofs(self.directory,
+                                                         verifier_keys=wanted)
+        proofs.set_notice(notice)
+        return proofs
 
     def report(
         self,
@@ -750,6 +762,3 @@ def _refuse_uncreatable(directory: Path) -> None:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise UsageError(f"cannot create {directory}: {ancestor} is not writable")
 
-
-def _quiet(line: str) -> None:
-    """Drop a notice nobody asked to hear."""

@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.storage.checked_proofs import prove_consistency_checked
 from evidence_ledger.storage.checkpoint_store import CheckpointStore
 from evidence_ledger.storage.files import read_input
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.log_proofs import prove_consistency_checked
 from evidence_ledger.tlog.checkpoint import Checkpoint, verify_checkpoint
 from evidence_ledger.tlog.note import MAX_NOTE_BYTES, Verifier
 

@@ -38,7 +38,6 @@ import base64
 import contextlib
 import errno
 import functools
-import gc
 import hashlib
 import os
 import pickle
@@ -77,6 +76,7 @@ from evidence_ledger.index.db import (
 )
 from evidence_ledger.index.location import INDEX_NAME, default_index_path
 from evidence_ledger.index.worker import Checked, Checker, check_records, read_log_chunk
+from evidence_ledger.storage.bulk import gc_paused
 from evidence_ledger.storage.fsutil import file_lock, open_regular, problem
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog import merkle
@@ -277,7 +277,7 @@ def derive(
         EvidenceError: if the log is damaged before ``size`` or holds fewer entries.
     """
     deriver = Deriver()
-    with _gc_paused(), contextlib.closing(duckdb.connect()) as con:
+    with gc_paused(), contextlib.closing(duckdb.connect()) as con:
         for statement in [*SCHEMA, "BEGIN TRANSACTION"]:
             con.execute(statement)
         _load(con, deriver, _given_chunks(records, size),
@@ -584,19 +584,6 @@ def index_path(ledger: Ledger, path: str | os.PathLike[str] | None = None) -> Pa
     return Path(path) if path else default_index_path(ledger)
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while bulk-deriving: millions of small acyclic containers
-    would otherwise trigger collections that rescan the growing rule state."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 _PLACE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT,
                            errno.ENOTDIR, errno.EISDIR})
 _PLACE_TEXTS = ("Permission denied", "Read-only file system", "No such file or directory")
@@ -719,7 +706,7 @@ def update_index(
     target = checked_index_path(ledger, path)
     if path is None:
         _make_cache_folder(target.parent)
-    with index_lock(target, exclusive=True), _gc_paused():
+    with index_lock(target, exclusive=True), gc_paused():
         con: duckdb.DuckDBPyConnection | None = None
         try:
             with contextlib.suppress(duckdb.Error):

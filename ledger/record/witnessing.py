@@ -21,8 +21,8 @@ import urllib.request
 from collections.abc import Sequence
 
 from evidence_ledger.format.errors import EvidenceError
+from evidence_ledger.storage.checked_proofs import prove_consistency_checked
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.log_proofs import prove_consistency_checked
 from evidence_ledger.tlog.checkpoint import Checkpoint
 from evidence_ledger.tlog.cosignature import CosignatureVerifier
 from evidence_ledger.tlog.note import parse_note

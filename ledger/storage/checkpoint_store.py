@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evidence_ledger.format.errors import EvidenceError, StorageError
 from evidence_ledger.storage.fsutil import (
@@ -31,7 +32,9 @@ from evidence_ledger.storage.fsutil import (
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint
 from evidence_ledger.tlog.note import MAX_NOTE_BYTES, parse_note
-from evidence_ledger.tlog.witness_protocol import WitnessResult
+
+if TYPE_CHECKING:
+    from evidence_ledger.tlog.witness_protocol import WitnessResult
 
 __all__ = ["CHECKPOINT_DIR", "CheckpointStore", "StoredCheckpoint"]
 

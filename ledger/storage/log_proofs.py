@@ -6,12 +6,11 @@ reads leaf hashes back from ``log.bin``, and recomputes roots from the log itsel
 
 - :func:`prove_inclusions`, :func:`prove_inclusion`, :func:`prove_consistency`: proofs
   from the stored nodes, O(log n) reads each, trusting the store as it is.
-- :func:`prove_inclusion_checked`, :func:`prove_consistency_checked`: the same proofs
-  verified (RFC 9162 §2.1.3.2, §2.1.4.2) against roots recomputed from ``log.bin`` in
-  one O(n) pass, rebuilding the store once when it disagrees. The proof commands use
-  these: the store is a cache anyone who can write the directory can change.
-- :func:`log_root`, :func:`checked_log_root`, :func:`log_leaf_hashes`: that one pass over
-  the log.
+- :func:`log_root`, :func:`checked_log_root`, :class:`LogLeaves`: one pass over the log,
+  never the cache (what a checkpoint is signed over).
+
+The proof commands use :mod:`evidence_ledger.storage.checked_proofs`, which checks every
+proof from the store against roots the store cannot forge.
 
 Every hash is 32 bytes (RFC 9162 §2.1.1); indices and sizes are 0-based entries.
 """
@@ -21,36 +20,32 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
-from evidence_ledger.format.entries import decode_entry
-from evidence_ledger.format.errors import EncodingError, EvidenceError, UsageError
+from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import (
+    FRAME_OVERHEAD,
     HEADER_SIZE,
     Damage,
     TornTail,
-    read_frame,
     scan_stream,
     split_frames,
 )
 from evidence_ledger.storage.checkpoint_store import CheckpointStore
 from evidence_ledger.storage.fsutil import close_fd, reading
 from evidence_ledger.storage.ledger_dir import Ledger
-from evidence_ledger.storage.tree_store import TiledTree, TreeStore, TreeStoreError
+from evidence_ledger.storage.tree_store import TreeStore, TreeStoreError
 from evidence_ledger.tlog.merkle import EMPTY_ROOT, LEAF_PREFIX, CompactRange, leaf_hash
-from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
 from evidence_ledger.tlog.proofs import ConsistencyProof, InclusionProof, Prover
 
 __all__ = [
+    "LogLeaves",
     "checked_log_root",
     "log_leaf_hashes",
     "log_root",
     "prove_consistency",
-    "prove_consistency_checked",
     "prove_inclusion",
-    "prove_inclusion_checked",
     "prove_inclusions",
 ]
 
@@ -162,7 +157,6 @@ def prove_consistency(
 
 # -- proofs checked against the log ------------------------------------------------------
 
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -184,11 +178,15 @@ def _damaged(index: int, reason: str) -> EvidenceError:
     )
 
 
-def log_leaf_hashes(fd: int, size: int) -> Iterator[bytes]:
-    """Leaf hashes SHA-256(0x00 || entry bytes) (RFC 9162 §2.1.1), 32 bytes each, of
-    every entry in complete groups of the log open at ``fd`` (its first ``size`` bytes),
-    in order: what :func:`evidence_ledger.format.framing.scan_stream` reads, without
-    building a record per entry.
+class LogLeaves:
+    """Leaf hashes SHA-256(0x00 || entry bytes) (RFC 9162 §2.1.1), 32 bytes each, of every
+    entry in complete groups of the log open at ``fd`` (its first ``size`` bytes) from the
+    frame at byte ``start`` (entry ``index``; a group boundary) on, in order: what
+    :func:`evidence_ledger.format.framing.scan_stream` reads, without building a record per
+    entry. Iterate once; afterwards :attr:`end` is the byte offset just past the last
+    complete group read, :attr:`last_offset` the offset of its last frame,
+    :attr:`last_leaf` that entry's leaf hash and :attr:`count` the number of leaves
+    yielded (unchanged from the start when there were none).
 
     Frames are parsed by :func:`~evidence_ledger.format.framing.split_frames` from large
     positioned reads (4 MiB, more for a larger frame) while every one checks out; at the
@@ -197,51 +195,73 @@ def log_leaf_hashes(fd: int, size: int) -> Iterator[bytes]:
     the start of that group, so torn tails and damage are told apart exactly as every
     reader does.
 
-    Raises:
+    Raises (while iterating):
         EvidenceError: at the first damaged frame or record (after the entries before
             it); a torn tail ends the log quietly.
         OSError: if a read fails.
     """
-    pending: list[bytes] = []  # leaves of the group being read
-    index = 0  # entries in complete groups so far
-    group = 0  # file offset of the group being read
-    pos = 0  # file offset of the next frame
-    need = HEADER_SIZE  # bytes the next frame takes, as far as is known
-    sha256, prefix = hashlib.sha256, LEAF_PREFIX
-    while pos < size:
-        if pos + need > size:
-            break  # the log ends inside a frame
-        buf = os.pread(fd, min(max(_READ, need), size - pos), pos)
-        if len(buf) < need:
-            break  # the file was cut short meanwhile
-        run = split_frames(buf)
-        if run.problem or run.bad_records:
-            break
-        hashes = [sha256(prefix + data).digest() for data in run.records]
-        if run.groups:
-            yield from pending
-            yield from hashes[: run.groups]
-            index += len(pending) + run.groups
-            pending = hashes[run.groups :]
-            group = pos + run.group_end
+
+    def __init__(self, fd: int, size: int, start: int = 0, index: int = 0) -> None:
+        self.fd, self.size, self.start, self.index = fd, size, start, index
+        self.end = start
+        self.last_offset = 0
+        self.last_leaf = b""
+        self.count = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        fd, size = self.fd, self.size
+        pending: list[bytes] = []  # leaves of the group being read
+        index = self.index  # entries in complete groups so far
+        group = self.start  # file offset of the group being read
+        pos = self.start  # file offset of the next frame
+        need = HEADER_SIZE  # bytes the next frame takes, as far as is known
+        sha256, prefix = hashlib.sha256, LEAF_PREFIX
+        while pos < size:
+            if pos + need > size:
+                break  # the log ends inside a frame
+            buf = os.pread(fd, min(max(_READ, need), size - pos), pos)
+            if len(buf) < need:
+                break  # the file was cut short meanwhile
+            run = split_frames(buf)
+            if run.problem or run.bad_records:
+                break
+            hashes = [sha256(prefix + data).digest() for data in run.records]
+            if run.groups:
+                yield from pending
+                yield from hashes[: run.groups]
+                index += len(pending) + run.groups
+                pending = hashes[run.groups :]
+                group = pos + run.group_end
+                self.end, self.count = group, index - self.index
+                self.last_offset = group - FRAME_OVERHEAD - len(run.records[run.groups - 1])
+                self.last_leaf = hashes[run.groups - 1]
+            else:
+                pending += hashes
+            pos += run.end
+            need = run.need
         else:
-            pending += hashes
-        pos += run.end
-        need = run.need
-    else:
-        if not pending:
-            return  # read to the end of the log
-    # Something did not check out, or the log ends inside a group: read on from the
-    # start of that group as every reader does.
-    with reading(os.dup(fd), buffering=1 << 20) as fh:
-        for item in scan_stream(fh, size, group, index):
-            if isinstance(item, TornTail):
-                return
-            if isinstance(item, Damage):
-                raise _damaged(item.index, item.reason)
-            if not item.crc_ok:
-                raise _damaged(item.index, "record fails its CRC-32")
-            yield leaf_hash(item.data)
+            if not pending:
+                return  # read to the end of the log
+        # Something did not check out, or the log ends inside a group: read on from the
+        # start of that group as every reader does.
+        with reading(os.dup(fd), buffering=1 << 20) as fh:
+            for item in scan_stream(fh, size, group, index):
+                if isinstance(item, TornTail):
+                    return
+                if isinstance(item, Damage):
+                    raise _damaged(item.index, item.reason)
+                if not item.crc_ok:
+                    raise _damaged(item.index, "record fails its CRC-32")
+                leaf = leaf_hash(item.data)
+                yield leaf
+                self.end, self.count = item.end, item.index + 1 - self.index
+                self.last_offset, self.last_leaf = item.offset, leaf
+
+
+def log_leaf_hashes(fd: int, size: int) -> Iterator[bytes]:
+    """The leaf hashes of every entry in complete groups of the log open at ``fd`` (its
+    first ``size`` bytes): ``iter(LogLeaves(fd, size))`` (see :class:`LogLeaves`)."""
+    return iter(LogLeaves(fd, size))
 
 
 def _log_head(ledger: Ledger, sizes: Iterable[int], leaf_index: int | None = None) -> _LogHead:
@@ -330,138 +350,3 @@ def checked_log_root(ledger: Ledger, size: int) -> bytes:
     if size > head.size:
         raise UsageError(f"tree size {size} is larger than the ledger ({head.size} entries)")
     return head.roots[size]
-
-
-def _from_store(
-    ledger: Ledger, make: Callable[[TiledTree], _T], notice: Callable[[str], None] | None
-) -> _T:
-    """``make(tree)`` from the tree store; if the store fails, or ``make`` finds that its
-    proof does not verify against the log, rebuild the store from the log and retry once
-    (``notice`` gets one line saying so)."""
-    store = TreeStore(ledger)
-    try:
-        return make(store.update())
-    except (EvidenceError, UsageError) as exc:  # the arguments were checked against the log
-        reason = exc.problem if isinstance(exc, TreeStoreError) else str(exc)
-    result = make(store.rebuild())
-    if notice is not None:
-        notice(
-            f"the tree store {store.directory} did not match log.bin ({reason}); rebuilt it "
-            "from the log (run verify if the log should not have changed)"
-        )
-    return result
-
-
-def prove_inclusion_checked(
-    ledger: Ledger | str | os.PathLike[str] | None,
-    index: int,
-    tree_size: int | None = None,
-    notice: Callable[[str], None] | None = None,
-) -> InclusionProof:
-    """Inclusion proof of entry ``index``, checked against the log itself.
-
-    The ``tree/`` store is a cache that anyone who can write the ledger directory can
-    change, and nothing in it can be checked without the log. So the root and the leaf
-    hash are recomputed from ``log.bin`` in one pass (O(n) hashing), the audit path is
-    read from the store (as :func:`prove_inclusion` reads it) and verified against them
-    (RFC 9162 §2.1.3.2). A store that fails or gives a path that does not verify is
-    rebuilt from the log and the proof made again; ``notice`` is told in one line. The
-    proof returned always verifies against the root of the log as it is.
-
-    Args:
-        ledger: the ledger or its directory.
-        index: the entry's seq; requires ``0 <= index < tree_size``.
-        tree_size: defaults to the number of entries in the log.
-        notice: called with one line when the store had to be rebuilt.
-
-    Raises:
-        UsageError: if there is no ledger or an argument is out of range.
-        EvidenceError: if the log is damaged (or not a regular file), or a proof from the
-            rebuilt store still does not verify (the log changed meanwhile).
-        StorageError: if the store cannot be rebuilt.
-    """
-    book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
-    book.require_exists()
-    head = _checked_head(book, () if tree_size is None else (tree_size,), index)
-    size = head.size if tree_size is None else tree_size
-    if not 0 <= index < size:
-        raise UsageError(f"want 0 <= seq < tree size, got seq {index}, tree size {size}")
-    if size > head.size:
-        raise UsageError(f"tree size {size} is larger than the ledger ({head.size} entries)")
-    leaf, root = head.leaf, head.roots[size]
-    assert leaf is not None
-
-    def make(tree: TiledTree) -> InclusionProof:
-        path = Prover(tree).inclusion(index, size)
-        verify_inclusion(index, size, leaf, path, root)
-        return InclusionProof(index, size, leaf, root, tuple(path))
-
-    proof = _from_store(book, make, notice)
-    _check_entry(book, index, leaf)
-    return proof
-
-
-def _check_entry(ledger: Ledger, index: int, leaf: bytes) -> None:
-    """Refuse to prove entry ``index`` (whose leaf hash the log gives as ``leaf``) when its
-    bytes are not a canonical entry at that seq: a proof of bytes that are not evidence
-    proves nothing anyone asked. Reads the entry where the tree store says it is; where
-    that is not the leaf, by walking the log's frame headers.
-
-    Raises:
-        EvidenceError: if the entry does not decode, or names another seq.
-    """
-    store = TreeStore(ledger)
-    try:
-        data = next(store.log_records([index]))
-    except (EvidenceError, StopIteration):
-        data = b""
-    if leaf_hash(data) != leaf:
-        fd = ledger.store.open_fd()
-        try:
-            found = read_frame(fd, 0, index)
-        finally:
-            close_fd(fd)
-        data = found.data if found is not None else b""
-    try:
-        entry = decode_entry(data)
-    except EncodingError as exc:
-        raise EvidenceError(f"entry {index} does not decode ({exc}): no proof is made of "
-                            "it (run verify)") from None
-    if entry.seq != index:
-        raise EvidenceError(f"the entry at seq {index} says seq {entry.seq}: no proof is "
-                            "made of it (run verify)")
-
-
-def prove_consistency_checked(
-    ledger: Ledger | str | os.PathLike[str] | None,
-    size1: int,
-    size2: int | None = None,
-    notice: Callable[[str], None] | None = None,
-) -> ConsistencyProof:
-    """Consistency proof between the trees of ``size1`` and ``size2`` leaves, checked
-    against the log itself, as :func:`prove_inclusion_checked` checks an inclusion proof:
-    both roots are recomputed from ``log.bin`` and the proof verified against them
-    (RFC 9162 §2.1.4.2), rebuilding the store once if it does not.
-
-    Raises:
-        UsageError: if there is no ledger or a size is out of range.
-        EvidenceError: if the log is damaged (or not a regular file), or a proof from the
-            rebuilt store still does not verify.
-        StorageError: if the store cannot be rebuilt.
-    """
-    book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
-    book.require_exists()
-    head = _checked_head(book, {size1} if size2 is None else {size1, size2})
-    size2 = head.size if size2 is None else size2
-    if not 0 < size1 <= size2:
-        raise UsageError(f"want 0 < from <= to, got from {size1}, to {size2}")
-    if size2 > head.size:
-        raise UsageError(f"size {size2} is larger than the ledger ({head.size} entries)")
-    root1, root2 = head.roots[size1], head.roots[size2]
-
-    def make(tree: TiledTree) -> ConsistencyProof:
-        proof = Prover(tree).consistency(size1, size2)
-        verify_consistency(size1, size2, proof, root1, root2)
-        return ConsistencyProof(size1, size2, root1, root2, tuple(proof))
-
-    return _from_store(book, make, notice)

@@ -53,12 +53,13 @@ changes or truncates. A version-1 store (tiles only, offsets of every 256th entr
 rebuilt by the next update, after the usual check that the log still holds its last
 entry.
 
-Trust: anyone who can write the ledger directory can change this store, and nothing in
-it can be checked without hashing the whole log. :meth:`TreeStore.update` and the proofs
-built from it (:func:`evidence_ledger.storage.log_proofs.prove_inclusion`) trust it as it
-is; the proof commands use :func:`evidence_ledger.storage.log_proofs.prove_inclusion_checked`,
-which verifies each proof against the root recomputed from the log and rebuilds the store
-(:meth:`TreeStore.rebuild`) when it does not verify. Every file here is opened only if
+Trust: anyone who can write the ledger directory can change this store. :meth:`TreeStore.update`
+and the proofs built from it (:func:`evidence_ledger.storage.log_proofs.prove_inclusion`)
+trust it as it is; the proof commands use :mod:`evidence_ledger.storage.checked_proofs`,
+which verifies each proof against roots that do not come from this store (the root recorded
+in ``root.json``, see :mod:`evidence_ledger.storage.root_record`, and the latest checkpoint)
+and rebuilds the store (:meth:`TreeStore.rebuild`, which keeps ``root.json``) when it does
+not verify. Every file here is opened only if
 it is a regular file (never through a symlink, never a FIFO or device:
 :class:`TreeStoreError`), and the store never
 writes through a symlink: temporary files are created exclusively, tile folders are
@@ -122,6 +123,7 @@ NODES_NAME = "nodes.bin"
 STATE_NAME = "state.json"
 OFFSETS_NAME = "offsets.bin"
 LOCK_NAME = "lock"
+ROOT_NAME = "root.json"  # evidence_ledger.storage.root_record's, which a rebuild keeps
 _U64 = struct.Struct(">Q")
 _TILE_CACHE = 64
 _FLUSH_BYTES = 1 << 22  # buffered node and offset bytes written out during an update
@@ -812,8 +814,9 @@ class TreeStore:
             with self._lock():
                 with os.scandir(self.directory) as found:
                     for item in found:
-                        if item.name == LOCK_NAME:
-                            continue
+                        if item.name in (LOCK_NAME, ROOT_NAME) and item.is_file(
+                                follow_symlinks=False):
+                            continue  # root.json is no cache (root_record)
                         if item.is_dir(follow_symlinks=False):
                             shutil.rmtree(item.path)
                         else:

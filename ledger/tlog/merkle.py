@@ -11,7 +11,7 @@ appending in O(1) amortised hashes, without keeping the leaves.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
@@ -39,6 +39,26 @@ class CompactRange:
     def __init__(self) -> None:
         self.size = 0
         self._peaks: list[bytes] = []  # one hash per set bit of size, highest bit first
+
+    @classmethod
+    def from_peaks(cls, size: int, peaks: Sequence[bytes]) -> CompactRange:
+        """The range of ``size`` leaves whose perfect subtrees, largest first, hash to
+        ``peaks`` (as :attr:`peaks` gives them), to append more leaves to.
+
+        Raises:
+            ValueError: unless there is one 32-byte hash per set bit of ``size``.
+        """
+        if size < 0 or len(peaks) != size.bit_count() or any(len(p) != HASH_SIZE for p in peaks):
+            raise ValueError(f"want {max(size, 0).bit_count()} peaks of {HASH_SIZE} bytes for "
+                             f"size {size}")
+        made = cls()
+        made.size, made._peaks = size, list(peaks)
+        return made
+
+    @property
+    def peaks(self) -> tuple[bytes, ...]:
+        """The roots of the perfect subtrees covering ``[0, size)``, largest first."""
+        return tuple(self._peaks)
 
     def append(self, leaf: bytes) -> None:
         """Add one leaf hash (32 bytes) at index ``size``."""

@@ -38,15 +38,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-)
-
 from evidence_ledger.format.errors import EvidenceError, UsageError
 
 __all__ = [
@@ -228,6 +219,10 @@ class Verifier:
 
     def verify(self, message: bytes, signature: bytes) -> bool:
         """True when ``signature`` (64 bytes) is this key's Ed25519 signature of ``message``."""
+        # cryptography is imported where a key is used: parsing a note needs none of it
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         try:
             Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
         except (InvalidSignature, ValueError):
@@ -251,6 +246,9 @@ class Signer:
             raise KeyFormatError(f"invalid key name {name!r}: empty, or has a space or '+'")
         if len(seed) != 32:
             raise KeyFormatError(f"Ed25519 seed is {len(seed)} bytes, want 32")
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
         self.name = name
         self._seed = seed
         self._key = Ed25519PrivateKey.from_private_bytes(seed)
@@ -260,6 +258,13 @@ class Signer:
     @classmethod
     def generate(cls, name: str) -> Signer:
         """A new random key named ``name``."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import (
+            Encoding,
+            NoEncryption,
+            PrivateFormat,
+        )
+
         seed = Ed25519PrivateKey.generate().private_bytes(
             Encoding.Raw, PrivateFormat.Raw, NoEncryption()
         )

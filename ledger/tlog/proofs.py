@@ -253,6 +253,9 @@ class InclusionProof:
         leaf_hash: SHA-256(0x00 || entry bytes), 32 bytes.
         root: root of the tree of ``tree_size`` leaves, 32 bytes.
         proof: the audit path, 32-byte hashes from the leaf upwards.
+        checked_against: what the proof was verified against before it was handed out,
+            one phrase each (e.g. ``"checkpoint 00000007 (tree size 1000; signature
+            verified: example.com/log+1a2b3c4d)"``); empty when it was not.
     """
 
     leaf_index: int
@@ -260,16 +263,21 @@ class InclusionProof:
     leaf_hash: bytes
     root: bytes
     proof: tuple[bytes, ...]
+    checked_against: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """``{"leafIdx", "treeSize", "leafHash", "root", "proof"}``, hashes in base64."""
-        return {
+        """``{"leafIdx", "treeSize", "leafHash", "root", "proof"}``, hashes in base64, and
+        ``"checked_against"`` (a list of phrases) when there is any."""
+        doc: dict[str, Any] = {
             "leafIdx": self.leaf_index,
             "treeSize": self.tree_size,
             "leafHash": _b64(self.leaf_hash),
             "root": _b64(self.root),
             "proof": [_b64(h) for h in self.proof],
         }
+        if self.checked_against:
+            doc["checked_against"] = list(self.checked_against)
+        return doc
 
 
 @dataclass(frozen=True)
@@ -280,6 +288,7 @@ class ConsistencyProof:
         size1, size2: the older and newer tree sizes, ``0 < size1 <= size2``.
         root1, root2: their roots, 32 bytes each.
         proof: the consistency proof, 32-byte hashes.
+        checked_against: as :attr:`InclusionProof.checked_against`.
     """
 
     size1: int
@@ -287,13 +296,18 @@ class ConsistencyProof:
     root1: bytes
     root2: bytes
     proof: tuple[bytes, ...]
+    checked_against: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """``{"size1", "size2", "root1", "root2", "proof"}``, hashes in base64."""
-        return {
+        """``{"size1", "size2", "root1", "root2", "proof"}``, hashes in base64, and
+        ``"checked_against"`` (a list of phrases) when there is any."""
+        doc: dict[str, Any] = {
             "size1": self.size1,
             "size2": self.size2,
             "root1": _b64(self.root1),
             "root2": _b64(self.root2),
             "proof": [_b64(h) for h in self.proof],
         }
+        if self.checked_against:
+            doc["checked_against"] = list(self.checked_against)
+        return doc

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
 from evidence_ledger.format.digests import PayloadStatus
+from evidence_ledger.storage.bulk import gc_paused
 from evidence_ledger.storage.checkpoint_store import CheckpointStore
 from evidence_ledger.storage.foreign import foreign_files
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -86,12 +87,13 @@ def verify_ledger(
     if payloads:
         wanted = None if isinstance(payloads, bool) else payloads
         audit = _PayloadAudit(ledger.payloads, wanted)
-    report = verify_records(
-        ledger.scan(),
-        None if audit is None else audit.check,
-        roots_at=checkpoint_audit.checkpoint_sizes(ledger, trusted_checkpoints),
-        read_payload=ledger.payloads.get if payloads is True else None,
-    )
+    with gc_paused():
+        report = verify_records(
+            ledger.scan(),
+            None if audit is None else audit.check,
+            roots_at=checkpoint_audit.checkpoint_sizes(ledger, trusted_checkpoints),
+            read_payload=ledger.payloads.get if payloads is True else None,
+        )
     if audit is not None:
         report.notices.extend(audit.notices())
     findings = checkpoint_audit.check_checkpoints(

@@ -17,16 +17,23 @@ made on; executions and ``run_end`` entries the id of the state their leg resume
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from evidence_ledger.format.entries import Entry
 
-__all__ = ["BoundEntry", "StateEvent", "StateNode", "ancestry", "run_state_forest"]
+__all__ = ["BoundEntry", "ParentLinks", "StateEvent", "StateNode", "ancestry", "run_state_forest"]
 
 
-def ancestry(parents: Mapping[str, str | None], state: str | None) -> list[str]:
+class ParentLinks(Protocol):
+    """State id -> parent id, as :func:`ancestry` reads it (a dict is one)."""
+
+    def get(self, state: str, /) -> str | None:
+        """The parent of ``state``; None for a root or a state not held."""
+
+
+def ancestry(parents: ParentLinks, state: str | None) -> list[str]:
     """``state``, then its parent, grandparent, ... by ``parents`` (state id -> parent id);
     empty for None. Stops at a state ``parents`` does not hold, and at a cycle."""
     chain: list[str] = []

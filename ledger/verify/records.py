@@ -11,7 +11,7 @@ caller does the I/O (see :func:`evidence_ledger.verify.audit.verify_ledger`).
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from evidence_ledger.format.digests import PayloadStatus
@@ -27,7 +27,8 @@ from evidence_ledger.verify.findings import (
     Finding,
 )
 from evidence_ledger.verify.guard_audit import GuardAudit
-from evidence_ledger.verify.rules import CallState, RuleEngine
+from evidence_ledger.verify.rules import CallKey, CallState, RuleEngine
+from evidence_ledger.verify.spill import Spill, SpilledHashes
 
 REPORT_FORMAT_VERSION = 1
 
@@ -41,7 +42,9 @@ class Report:
         root_hash: RFC 9162 root hash over them, 32 bytes.
         violations: findings ordered by seq.
         notices: one-line remarks that are not violations (torn tail, missing payload).
-        calls: per-call state the rules built (call identity -> :class:`CallState`).
+        calls: per-call state the rules built (call identity -> :class:`CallState`, in
+            log order; read back from a temporary file for a verified log, see
+            :class:`~evidence_ledger.verify.rules.RuleEngine`).
         rules: names of the rules run.
         roots: tree size -> root hash (32 bytes) for the sizes asked for, and 0.
     """
@@ -50,7 +53,7 @@ class Report:
     root_hash: bytes = merkle.EMPTY_ROOT
     violations: list[Finding] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
-    calls: dict[tuple[str, tuple[str, ...], str], CallState] = field(default_factory=dict)
+    calls: Mapping[CallKey, CallState] = field(default_factory=dict)
     rules: tuple[str, ...] = RULES
     roots: dict[int, bytes] = field(default_factory=lambda: {0: merkle.EMPTY_ROOT})
 
@@ -111,16 +114,23 @@ def verify_records(
 
     Returns:
         A :class:`Report`; never raises on bad input (damage becomes findings).
+
+    Memory: flat in the size of the log. The rule state of runs that ended (or that no
+    entry touched lately), sessions likewise, and the hashes of call entries go to a
+    temporary file (:class:`~evidence_ledger.verify.spill.Spill`) that the report's
+    :attr:`Report.calls` reads; what stays grows with the findings, the missing and
+    redacted payloads, and the call items awaiting their outputs.
     """
     report = Report()
     wanted = frozenset(roots_at)
-    engine = RuleEngine()
+    spill = Spill()
+    engine = RuleEngine(spill)
     guard = GuardAudit(read_payload) if read_payload is not None else None
     tree = merkle.CompactRange()
     integrity: list[Finding] = []
     prev = ZERO_HASH
     prev_broken = False
-    known_calls: set[bytes] = set()
+    known_calls = SpilledHashes(spill)
     missing: dict[bytes, int] = {}  # payload digest -> first seq naming it
     redacted: set[bytes] = set()
     erasing: set[bytes] = set()  # payloads a redaction cut short left marked
