@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import io
 import json
 import os
-import pickle
 import re
 import shutil
 import signal
@@ -33,6 +31,7 @@ from evidence_ledger.index.build import Deriver, derive, update_index
 from evidence_ledger.index.check import check_batch
 from evidence_ledger.index.db import VIEWS
 from evidence_ledger.index.query import check_read_only, connect_read_only, run_query
+from evidence_ledger.index.state import state_schema
 from evidence_ledger.record.ingest import ingest_file
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -471,43 +470,31 @@ def test_other_code_rebuilds_the_index(tmp_path, monkeypatch):
     assert update_index(ledger).rebuilt
 
 
-class _Reduces:
-    def __init__(self, fn, *args) -> None:
-        self.fn, self.args = fn, args
-
-    def __reduce__(self):
-        return (self.fn, self.args)
-
-
 @pytest.mark.parametrize(
-    "payload",
+    "damage",
     [
-        "os-level",  # Path.touch(marker): a function outside the allowed modules
-        "pure-module-function",  # verify.rules._digest_text: a function, not a class
-        "dotted-method",  # evidence_ledger.verify.rules RuleEngine.feed: a method by qualified name
-        "garbage",
+        "DELETE FROM state.deriver",  # no place
+        "UPDATE state.deriver SET last_hash = 'short'::BLOB",  # not an entry hash
+        "UPDATE state.tree_peaks SET peak = 'x'::BLOB",  # not a tree at that size
+        "UPDATE state.calls SET authorized_by = 999999",  # a decision not stored
+        "DROP TABLE state.decisions",  # another schema
     ],
 )
-def test_index_state_unpickles_only_the_derivers_classes(tmp_path, payload):
-    from evidence_ledger.verify import rules
-
+def test_a_damaged_stored_state_is_rebuilt_not_an_internal_error(tmp_path, damage):
     ledger = Ledger(tmp_path / "l")
     ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
     update_index(ledger)
-    marker = tmp_path / "pwned"
-    blob = {
-        "os-level": lambda: pickle.dumps(_Reduces(Path.touch, marker)),
-        "pure-module-function": lambda: pickle.dumps(_Reduces(rules._digest_text, b"x" * 32)),
-        "dotted-method": lambda: pickle.dumps(_Reduces(rules.RuleEngine.feed, None, None)),
-        "garbage": lambda: b"\x80\x05not a pickle",
-    }[payload]()
-    state = index_mod.index_path(ledger).with_name("index.duckdb.state")
-    assert state.is_file()
-    state.write_bytes(blob)
+    with index_mod.duckdb.connect(str(index_mod.index_path(ledger))) as con:
+        if "authorized_by" in damage:
+            assert con.execute("SELECT count(*) FROM state.calls WHERE authorized_by IS NOT NULL"
+                               ).fetchone()[0] > 0
+        con.execute(damage)
     EvidenceWriter(ledger).run_end(run_id="r1", status="completed")
     info = update_index(ledger)
-    assert not marker.exists()
     assert info.rebuilt and info.tree_size == 26
+    _, derived = derive(ledger.scan())
+    for name in VIEWS:
+        assert table(ledger, name).equals(derived[name]), name
 
 
 def test_a_torn_tail_is_not_indexed_and_a_writer_meanwhile_is_harmless(tmp_path):
@@ -650,15 +637,13 @@ def test_an_update_holds_duckdb_to_its_memory_limit(tmp_path, monkeypatch):
     ledger = Ledger(tmp_path)
     ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
     limits = []
-    take_chains = Deriver.take_chains
+    save = Deriver.save
 
-    def noting_the_limit(self):
-        con = index_mod.duckdb.connect(str(index_mod.index_path(ledger)))
+    def noting_the_limit(self, con):
         limits.append(con.execute("SELECT current_setting('memory_limit')").fetchone())
-        con.close()
-        return take_chains(self)
+        return save(self, con)
 
-    monkeypatch.setattr(Deriver, "take_chains", noting_the_limit)
+    monkeypatch.setattr(Deriver, "save", noting_the_limit)
     update_index(ledger)
     expected = index_mod.duckdb.connect(config={"memory_limit": index_mod.MEMORY_LIMIT})
     assert limits == [expected.execute("SELECT current_setting('memory_limit')").fetchone()]
@@ -671,8 +656,15 @@ def test_saved_state_loads_back_to_equal_call_states(audit):
     records = [record for record in audit.scan() if isinstance(record, Record)]
     deriver.feed(check_batch(records))
     deriver.take()
-    deriver.take_chains()
-    loaded = index_mod._StateUnpickler(io.BytesIO(pickle.dumps(deriver, protocol=5))).load()
+    with index_mod.duckdb.connect() as con:
+        for statement in state_schema():
+            con.execute(statement)
+        deriver.save(con)
+        loaded = Deriver.restored(con)
+    assert loaded is not None
+    assert loaded.engine.state_rows() == deriver.engine.state_rows()
+    assert (loaded.size, loaded.offset, loaded.last_hash, loaded.tree.root()) == (
+        deriver.size, deriver.offset, deriver.last_hash, deriver.tree.root())
     calls = deriver.engine.calls
     assert loaded.engine.calls == calls and any(c.decisions for c in calls.values())
     assert loaded.engine.findings == deriver.engine.findings
@@ -681,12 +673,12 @@ def test_saved_state_loads_back_to_equal_call_states(audit):
 def _killed_midway(ledger: Ledger, monkeypatch) -> None:
     """An update that dies after committing some chunks (CHUNK made tiny)."""
 
-    def killed(self):
+    def killed(self, con):
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
         patch.setattr(index_mod, "CHUNK", 3)
-        patch.setattr(Deriver, "take_chains", killed)
+        patch.setattr(Deriver, "save", killed)
         with pytest.raises(KeyboardInterrupt):
             update_index(ledger)
 
@@ -735,19 +727,6 @@ def test_ctrl_c_while_waiting_for_the_insert_thread_stops_it_before_returning():
     finally:
         ctrl_c.cancel()
         signal.signal(signal.SIGINT, previous)
-
-
-def test_a_state_of_the_wrong_shape_is_rebuilt_not_an_internal_error(tmp_path):
-    ledger = Ledger(tmp_path)
-    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
-    update_index(ledger)
-    state = index_mod.index_path(ledger).with_name("index.duckdb.state")
-    deriver = pickle.loads(state.read_bytes())
-    deriver.last_hash = deriver.last_hash.hex()  # the right size, a str where bytes belong
-    state.write_bytes(pickle.dumps(deriver))
-    EvidenceWriter(ledger).run_end(run_id="r1", status="completed")
-    info = update_index(ledger)
-    assert info.rebuilt and info.tree_size == 26
 
 
 @pytest.mark.parametrize("late", [2**63, 2**64 - 1])

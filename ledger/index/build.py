@@ -40,8 +40,8 @@ import errno
 import functools
 import hashlib
 import os
-import pickle
 import queue
+import shutil
 import stat
 import sys
 import threading
@@ -70,18 +70,19 @@ from evidence_ledger.index.db import (
     VIEWS,
     Chunk,
     digest_text,
-    insert_rows,
     one_line,
     rows_table,
 )
 from evidence_ledger.index.location import INDEX_NAME, default_index_path
+from evidence_ledger.index.state import DeriverPlace, load_state, save_state, state_schema
 from evidence_ledger.index.worker import Checked, Checker, check_records, read_log_chunk
 from evidence_ledger.storage.bulk import gc_paused
-from evidence_ledger.storage.fsutil import file_lock, open_regular, problem
+from evidence_ledger.storage.fsutil import file_lock, problem
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog import merkle
 from evidence_ledger.verify import chains, rules
 from evidence_ledger.verify.records import Report
+from evidence_ledger.verify.spill import Spill
 
 __all__ = [
     "BLOCK",
@@ -102,6 +103,9 @@ INDEX_VERSION = 1
 CHUNK = 20_000
 """Records decoded between two bulk inserts (each chunk in flight costs the worker and this
 process some 2.5 KiB per record: the records, their decoded entries and rows, pickled)."""
+SIDE_BYTES = 32 << 20
+"""Bytes of log (some 100,000 entries) past which a catch-up is built in a side file
+(:func:`side_path`) rather than in one transaction on the index."""
 MEMORY_LIMIT = "128MB"
 """DuckDB's buffer pool while updating (``SET memory_limit``): blocks past it are written
 out or spilled to ``<index>.tmp``, rather than cached up to DuckDB's default of 80% of RAM."""
@@ -118,30 +122,57 @@ class Deriver:
 
     Stage two of deriving the index: feed every batch of the log's records in order with
     :meth:`feed`, each with what :func:`evidence_ledger.index.check.check_batch` found in it; take
-    the entries fed since the last take with :meth:`take` (a :class:`Chunk`) and the rows
-    of the calls whose chain changed with :meth:`take_chains`. The object pickles (its
-    state between two updates) once both have been taken.
+    the rows of the entries fed since the last take, and of the calls whose chain they
+    changed, with :meth:`take` (a :class:`Chunk`). Its state between two updates is stored
+    in the index (:meth:`save`, :meth:`restored`).
+
+    Memory: the rule engine spills a run's state when the run ends or falls out of its
+    working set (:class:`evidence_ledger.verify.rules.RuleEngine` with a
+    :class:`~evidence_ledger.verify.spill.Spill`); what is kept between two takes is
+    bounded by the chunk.
+
+    Args:
+        engine: the rule engine to go on with (default: a new one, spilling).
+        tree: the compact range of the entries fed so far.
+        place: where the entries fed so far end (default: nothing fed).
     """
 
-    def __init__(self) -> None:
-        self.engine = rules.RuleEngine()
-        self.tree = merkle.CompactRange()
-        self.size = 0
+    def __init__(self, engine: rules.RuleEngine | None = None,
+                 tree: merkle.CompactRange | None = None,
+                 place: DeriverPlace | None = None) -> None:
+        self.engine = engine if engine is not None else rules.RuleEngine(Spill())
+        self.tree = tree if tree is not None else merkle.CompactRange()
+        place = place or DeriverPlace(0, 0, 0, ZERO_HASH, 0)
+        self.size = place.size
         """Entries fed (the tree size)."""
-        self.offset = 0
+        self.offset = place.offset
         """Byte offset just past the last record fed."""
-        self.last_offset = 0
+        self.last_offset = place.last_offset
         """Byte offset of the last record fed."""
-        self.last_hash = ZERO_HASH
+        self.last_hash = place.last_hash
         """Entry hash of the last record fed (zeros when none)."""
+        self._findings = place.findings
         self._checked: list[CheckedBatch] = []
         self._call_seqs: dict[str, list[int | None]] = {}
         self._violations: list[tuple[Any, ...]] = []
         self._touched: set[CallKey] = set()
-        self._findings = 0
-        self._persisted_at: dict[CallKey, int] = {}
+        self._persisted_at: dict[CallKey, int] = {}  # calls whose first one was since the take
         self._executed_at: dict[CallKey, int] = {}
         self._blocks: list[tuple[int, int]] = []
+
+    @classmethod
+    def restored(cls, con: duckdb.DuckDBPyConnection) -> Deriver | None:
+        """The deriver whose state :meth:`save` stored in ``con`` (None: none stored, or
+        not well formed). Raises duckdb.Error."""
+        state = load_state(con)
+        return None if state is None else cls(*state)
+
+    def save(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Store this deriver's state in ``con`` (:mod:`evidence_ledger.index.state`), in
+        the caller's transaction, once everything fed has been taken. Raises duckdb.Error."""
+        assert not self._checked and not self._touched, "take before saving"
+        save_state(con, self.engine, self.tree, DeriverPlace(
+            self.size, self.offset, self.last_offset, self.last_hash, self._findings))
 
     def feed(self, checked: CheckedBatch) -> None:
         """Derive the rows of a checked batch of records, the first at index :attr:`size`.
@@ -214,7 +245,8 @@ class Deriver:
         self._findings += len(new)
 
     def take(self) -> Chunk:
-        """The entries fed since the last call, as a :class:`Chunk`."""
+        """The entries fed since the last call, and the chains they changed, as a
+        :class:`Chunk`."""
         raw = {}
         for kind, seqs in self._call_seqs.items():
             tables = [c.tables[kind] for c in self._checked if kind in c.tables]
@@ -224,13 +256,14 @@ class Deriver:
             raw, rows_table(VIEWS["violations"], self._violations),
             pa.Table.from_pylist(
                 [{"first_seq": s, "log_offset": o} for s, o in self._blocks], BLOCKS_SCHEMA),
+            self._take_chains(),
         )
         self._checked, self._call_seqs, self._violations, self._blocks = [], {}, [], []
         return chunk
 
-    def take_chains(self) -> pa.Table:
-        """``call_chains`` rows of every call whose chain changed since the last call, in
-        call order (replace the rows with the same ``call_seq``)."""
+    def _take_chains(self) -> pa.Table:
+        """``call_chains`` rows of every call whose chain changed since the last take, in
+        call order (see :attr:`Chunk.chains`)."""
         states = sorted((self.engine.calls[k] for k in self._touched), key=lambda c: c.seq)
         rows = []
         chain_rows = chains.call_chains(states, self._executed_at)
@@ -244,7 +277,7 @@ class Deriver:
                 row.executed_at, len(state.executions), row.persisted, persisted, persisted,
                 row.status, list(row.violations),
             ))
-        self._touched = set()
+        self._touched, self._persisted_at, self._executed_at = set(), {}, {}
         return rows_table(VIEWS["call_chains"], rows)
 
     def report(self) -> Report:
@@ -284,7 +317,6 @@ def derive(
               lambda: progress and progress(deriver.size))
         if size is not None and deriver.size < size:
             raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
-        insert_rows(con, VIEWS["call_chains"].table, deriver.take_chains())
         tables = {
             name: con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table()
             .cast(view.schema)
@@ -362,15 +394,16 @@ def _log_chunks(ledger: Ledger, offset: int, index: int) -> Generator[Checked, N
 
 def _load(
     con: duckdb.DuckDBPyConnection, deriver: Deriver, chunks: Generator[Checked, None, None],
-    chunk_done: Callable[[], object],
+    chunk_done: Callable[[], object], commit_each: bool = False,
 ) -> None:
     """Feed ``chunks`` to ``deriver`` and insert the rows of each into ``con`` on a thread
-    of its own (:class:`_Inserter`).
+    of its own (:class:`_Inserter`; committing the open transaction after each chunk and
+    beginning another when ``commit_each``).
 
     Raises:
         EvidenceError: at a damaged record (see :meth:`Deriver.feed`).
     """
-    with _Inserter(con) as inserter, contextlib.closing(chunks):
+    with _Inserter(con, commit_each) as inserter, contextlib.closing(chunks):
         for checked in chunks:
             if checked.batch is not None:
                 deriver.feed(checked.batch)
@@ -382,48 +415,22 @@ def _load(
 
 # -- the index file --------------------------------------------------------------------
 
-_SAFE_GLOBALS = {
-    ("evidence_ledger.index.build", "Deriver"), ("collections", "defaultdict"),
-    ("collections", "Counter"),
-    ("collections", "OrderedDict"), ("collections", "deque"), ("builtins", "set"),
-    ("builtins", "frozenset"), ("builtins", "list"), ("builtins", "dict"),
-    ("builtins", "tuple"),
-}
 _PURE_MODULES = frozenset({
     "evidence_ledger.verify.rules", "evidence_ledger.verify.lineage",
     "evidence_ledger.verify.findings", "evidence_ledger.tlog.merkle",
     "evidence_ledger.format.entries", "evidence_ledger.format.digests",
 })
-"""Modules without I/O whose classes the rule engine's state is made of."""
-
-
-class _StateUnpickler(pickle.Unpickler):
-    """Unpickles the deriver's state: builtin containers and classes (never functions) of
-    the pure modules the rules are built from. The state file is not trusted to run
-    code: anything else fails, and the index is rebuilt."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _SAFE_GLOBALS:
-            return super().find_class(module, name)
-        if module in _PURE_MODULES and name.isidentifier():
-            found = super().find_class(module, name)
-            if isinstance(found, type):
-                return found
-        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in index state")
-
-
-def _state_path(target: Path) -> Path:
-    return target.with_name(target.name + ".state")
+"""Modules without I/O whose code the rule engine's state and findings depend on."""
 
 
 def refuse_non_regular(target: Path) -> None:
-    """Refuse an index, WAL or state path that holds a symlink, FIFO, socket, device or
+    """Refuse an index, WAL or side-file path that holds a symlink, FIFO, socket, device or
     directory: DuckDB and the state reader would follow it or block on it for ever.
 
     Raises:
         UsageError: naming the path and what it is.
     """
-    for path in (target, target.with_name(target.name + ".wal"), _state_path(target)):
+    for path in (target, target.with_name(target.name + ".wal"), side_path(target)):
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -489,50 +496,6 @@ def _refuse_foreign(target: Path) -> None:
         )
 
 
-def _load_state(target: Path, size: int, last_hash: str) -> Deriver | None:
-    """The deriver saved beside the index, if it stands at ``size`` / ``last_hash``."""
-    try:
-        with os.fdopen(open_regular(_state_path(target)), "rb") as fh:
-            state = _StateUnpickler(fh).load()
-    except Exception:  # missing or damaged: the index is a cache, rebuild it
-        return None
-    if not _well_formed(state) or state.size != size or digest_text(state.last_hash) != last_hash:
-        return None
-    return state
-
-
-def _well_formed(state: object) -> bool:
-    """True when ``state`` is a :class:`Deriver` whose own fields have the types the
-    update reads (the unpickler admits only our classes, not their shapes)."""
-    fields = getattr(state, "__dict__", {})
-    types = {
-        "engine": rules.RuleEngine, "tree": merkle.CompactRange, "size": int, "offset": int,
-        "last_offset": int, "last_hash": bytes, "_checked": list, "_call_seqs": dict,
-        "_violations": list,
-        "_touched": set, "_findings": int, "_persisted_at": dict, "_executed_at": dict,
-        "_blocks": list,
-    }
-    return (
-        isinstance(state, Deriver) and fields.keys() == types.keys()
-        and all(type(fields[name]) is kind for name, kind in types.items())
-        and len(fields["last_hash"]) == 32
-    )
-
-
-def _save_state(target: Path, deriver: Deriver) -> None:
-    # Seam for issue 25: the deriver's state moves into DuckDB tables (in the update's one
-    # transaction) once RuleEngine has a plain-data snapshot/restore; until then it is
-    # this pickle, read back by _StateUnpickler.
-    path = _state_path(target)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            pickle.dump(deriver, fh, protocol=5)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise index_failed(exc, path) from exc
-
-
 @functools.cache
 def _fingerprint() -> str:
     """Digest of the code the index rows and the saved state depend on: other code, other
@@ -540,7 +503,8 @@ def _fingerprint() -> str:
     digest = hashlib.sha256(f"index v{INDEX_VERSION}".encode())
     code = _PURE_MODULES | {
         "evidence_ledger.format.encoding", "evidence_ledger.verify.chains",
-        "evidence_ledger.index.check", "evidence_ledger.index.db", __name__,
+        "evidence_ledger.index.check", "evidence_ledger.index.db",
+        "evidence_ledger.index.state", "evidence_ledger.verify.spill", __name__,
     }
     for name in sorted(code):
         module = sys.modules.get(name)
@@ -635,22 +599,62 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
-    """A new, empty index at ``path``. What is there is replaced when it is a DuckDB file,
-    or ``owned`` (the default index in the user's cache: a damaged cache of ours);
-    another file named by ``--index`` is refused, never clobbered."""
-    if not owned:
-        _refuse_foreign(path)
+def side_path(target: Path) -> Path:
+    """``<index>.build``: where a fresh build, or a long catch-up, writes before it is
+    renamed over the index."""
+    return target.with_name(target.name + ".build")
+
+
+def _remove_db(path: Path) -> None:
+    """Delete a DuckDB file and its WAL, if there. Raises OSError."""
+    for stale in (path, path.with_name(path.name + ".wal")):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+
+
+def _connect_side(target: Path, copy: bool) -> duckdb.DuckDBPyConnection:
+    """A connection to the side file of ``target`` (:func:`side_path`): a new, empty
+    index, or a copy of ``target`` (closed, checkpointed) when ``copy``. What a killed
+    build left there is replaced.
+
+    Raises:
+        UsageError, StorageError: see :func:`index_failed`.
+    """
+    side = side_path(target)
     try:
-        for stale in (path, path.with_name(path.name + ".wal"), _state_path(path)):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
-        con = _connect(path)
+        _remove_db(side)
+        if copy:
+            shutil.copyfile(target, side)
+        con = _connect(side)
+        if not copy:
+            for statement in [*SCHEMA, *state_schema()]:
+                con.execute(statement)
     except (OSError, duckdb.Error) as exc:
-        raise index_failed(exc, path) from exc
-    for statement in SCHEMA:
-        con.execute(statement)
+        raise index_failed(exc, side) from exc
     return con
+
+
+def _put_in_place(target: Path) -> None:
+    """Rename the closed side file over ``target`` once it is on disk (fsync of the file,
+    then of the folder): a crash leaves the old index, or the new one.
+
+    Raises:
+        UsageError, StorageError: see :func:`index_failed`.
+    """
+    side = side_path(target)
+    try:
+        with open(side, "rb+") as fh:
+            os.fsync(fh.fileno())
+        with contextlib.suppress(FileNotFoundError):  # the old index's; never replay it
+            target.with_name(target.name + ".wal").unlink()
+        os.replace(side, target)
+        folder = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError as exc:
+        raise index_failed(exc, target) from exc
 
 
 def _meta(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
@@ -687,9 +691,16 @@ def update_index(
     Reads only the records past the indexed tree size (complete groups: a writer
     appending meanwhile is seen up to its last acknowledged group). Starts over when the
     index is missing, unreadable, built by other code, or the log no longer holds the
-    last record indexed (rewritten or truncated). One transaction per update, committed
-    once the metadata row (how far the index holds) is written: an update killed midway
-    leaves the index as it was, and the next one resumes from there.
+    last record indexed (rewritten or truncated).
+
+    Crash safety: an update that reads up to :data:`SIDE_BYTES` of log is one transaction
+    on the index, committed once the metadata row (how far the index holds) and the
+    deriver's state are written. A fresh build, or a longer catch-up, writes to
+    ``<index>.build`` instead (:func:`side_path`: empty, or a copy of the index),
+    committing each chunk there (DuckDB keeps an open transaction's inserted bytes in
+    memory), and renames it over the index at the end, after an fsync. Killed midway,
+    either leaves the index as it was (or none); the next update starts over from there,
+    deleting a side file left behind.
 
     Args:
         ledger: the ledger to index.
@@ -710,7 +721,7 @@ def update_index(
         con: duckdb.DuckDBPyConnection | None = None
         try:
             with contextlib.suppress(duckdb.Error):
-                con = _connect(target)
+                con = _connect(target) if target.exists() else None
             meta = None if (con is None or rebuild) else _meta(con)
             if meta is not None and not _same_log(ledger, meta[2], meta[4], meta[5]):
                 meta = None
@@ -720,17 +731,30 @@ def update_index(
                 first = next(iter(ledger.store.scan(meta[6], meta[2])), None)
                 if first is None or isinstance(first, TornTail):
                     return IndexInfo(target, meta[2], base64.b64decode(meta[3]))
-                deriver = _load_state(target, meta[2], meta[4])
-                if deriver is None:
-                    meta = None
-            if deriver is None:
+                with contextlib.suppress(duckdb.Error):
+                    deriver = Deriver.restored(con)
+                if deriver is None or deriver.size != meta[2] or deriver.offset != meta[6] \
+                        or digest_text(deriver.last_hash) != meta[4]:
+                    deriver = meta = None
+            fresh = deriver is None
+            if fresh and path is not None:
+                _refuse_foreign(target)
+            side = meta is None or ledger.store.path.stat().st_size - meta[6] > SIDE_BYTES
+            if side:
                 if con is not None:
                     con.close()
-                con = _connect_fresh(target, owned=path is None)
+                con = _connect_side(target, copy=not fresh)
+            if deriver is None:
                 deriver = Deriver()
             assert con is not None
             chunks = _log_chunks(ledger, deriver.offset, deriver.size)
-            return _catch_up(con, ledger, deriver, chunks, meta is None, progress, target)
+            info = _catch_up(con, ledger, deriver, chunks, fresh, side, progress, target)
+            if side:
+                con.execute("CHECKPOINT")
+                con.close()
+                con = None
+                _put_in_place(target)
+            return info
         except duckdb.Error as exc:  # a statement or commit that did not land
             raise index_failed(exc, target) from exc
         finally:
@@ -757,7 +781,8 @@ class _Inserter:
     stores and compresses one chunk while the next one is derived.
 
     Use as a context manager around the loop that calls :meth:`put`, inside the
-    update's one transaction (committed by the caller once the metadata row is written:
+    update's transaction (committed by the caller once the metadata row is written, or
+    after each chunk when ``commit_each``, in a side file:
     a killed update leaves the index as it was; DuckDB writes full row groups of the
     transaction to the file as it goes, but keeps some 260 bytes per row inserted until
     the commit, measured at 10^6 entries). The connection must not be used by
@@ -768,8 +793,9 @@ class _Inserter:
     is re-raised once it has stopped, so the connection is never closed under it.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, commit_each: bool = False) -> None:
         self._con = con
+        self._commit_each = commit_each
         self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=2)
         self._error: Exception | None = None
         self._abort = False
@@ -791,6 +817,9 @@ class _Inserter:
                 if self._error is None and not self._abort:
                     try:
                         chunk.insert(self._con)
+                        if self._commit_each:
+                            self._con.execute("COMMIT")
+                            self._con.execute("BEGIN TRANSACTION")
                     except Exception as exc:  # re-raised in the caller's thread on exit
                         self._error = exc
         finally:
@@ -829,9 +858,11 @@ class _Inserter:
 
 def _catch_up(
     con: duckdb.DuckDBPyConnection, ledger: Ledger, deriver: Deriver,
-    chunks: Generator[Checked, None, None], fresh: bool, progress: Progress | None,
-    target: Path,
+    chunks: Generator[Checked, None, None], fresh: bool, commit_each: bool,
+    progress: Progress | None, target: Path,
 ) -> IndexInfo:
+    """Read ``chunks`` into ``con`` in one transaction (one per chunk, and one for the
+    rest, when ``commit_each``), ending with the metadata row and the deriver's state."""
     start, first_byte = deriver.size, deriver.offset
     total = ledger.store.path.stat().st_size - first_byte
 
@@ -840,14 +871,7 @@ def _catch_up(
             progress(deriver.size - start, deriver.offset - first_byte, total)
 
     con.execute("BEGIN TRANSACTION")
-    _load(con, deriver, chunks, report)
-    changed = deriver.take_chains()
-    if not fresh and changed.num_rows:
-        con.register("_changed", changed.select(["call_seq"]))
-        con.execute(f"DELETE FROM {VIEWS['call_chains'].table} "
-                    "WHERE call_seq IN (SELECT call_seq FROM _changed)")
-        con.unregister("_changed")
-    insert_rows(con, VIEWS["call_chains"].table, changed)
+    _load(con, deriver, chunks, report, commit_each)
     root = deriver.tree.root()
     con.execute("DELETE FROM ledger_index")
     con.execute(
@@ -855,7 +879,7 @@ def _catch_up(
         [INDEX_VERSION, _fingerprint(), deriver.size, base64.b64encode(root).decode("ascii"),
          digest_text(deriver.last_hash), deriver.last_offset, deriver.offset],
     )
-    _save_state(target, deriver)
+    deriver.save(con)
     con.execute("COMMIT")
     report()
     return IndexInfo(target, deriver.size, root, deriver.size - start, fresh)

@@ -347,11 +347,16 @@ class Chunk:
         raw: entry kind -> its entries (:data:`CHECKED_SCHEMAS` and :data:`CALL_SEQ`).
         violations: new ``violations`` rows.
         blocks: new ``log_blocks`` rows (:data:`BLOCKS_SCHEMA`).
+        chains: ``call_chains`` rows of the calls whose chain changed, replacing the rows
+            with the same ``call_seq``; a NULL ``executed_at`` or ``persisted_at`` keeps the
+            replaced row's (the first execution or persisted output, read in an earlier
+            chunk).
     """
 
     raw: dict[str, pa.Table]
     violations: pa.Table
     blocks: pa.Table
+    chains: pa.Table
 
     def insert(self, con: duckdb.DuckDBPyConnection) -> None:
         """Insert the rows into every table of ``con`` (``raw.calls`` first: the others
@@ -374,6 +379,27 @@ class Chunk:
                 con.unregister(f"new_{kind}")
         insert_rows(con, VIEWS["violations"].table, self.violations)
         insert_rows(con, "log_blocks", self.blocks)
+        if self.chains.num_rows:
+            _replace_chains(con, self.chains)
+
+
+_KEPT_TIMES = ("executed_at", "executed_at_ns", "persisted_at", "persisted_at_ns")
+
+
+def _replace_chains(con: duckdb.DuckDBPyConnection, chains: pa.Table) -> None:
+    """Replace the ``call_chains`` rows with the ``call_seq`` of ``chains``' (see
+    :attr:`Chunk.chains`). Raises duckdb.Error."""
+    table = VIEWS["call_chains"].table
+    kept = ", ".join(f"coalesce(n.{c}, o.{c}) AS {c}" for c in _KEPT_TIMES)
+    con.register("new_chains", chains)
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE merged_chains AS SELECT n.* REPLACE ({kept}) "
+                    f"FROM new_chains n LEFT JOIN {table} o USING (call_seq)")
+        con.execute(f"DELETE FROM {table} WHERE call_seq IN (SELECT call_seq FROM new_chains)")
+        con.execute(f"INSERT INTO {table} SELECT * FROM merged_chains ORDER BY call_seq")
+        con.execute("DROP TABLE merged_chains")
+    finally:
+        con.unregister("new_chains")
 
 
 BLOCKS_SCHEMA = pa.schema([("first_seq", pa.int64()), ("log_offset", pa.int64())])

@@ -1157,7 +1157,7 @@ class RuleEngine:
                 rows[name] += held
         rows["runs"].sort(key=operator.itemgetter(1))
         rows["calls"].sort(key=operator.itemgetter(3))
-        call_seqs = {row[:3]: row[3] for row in rows["calls"]}
+        call_seqs: dict[tuple[StateValue, ...], Any] = {row[:3]: row[3] for row in rows["calls"]}
         rows["call_values"].sort(key=lambda row: call_seqs[row[:3]])  # stable: field order
         rows["decisions"].sort(key=operator.itemgetter(0))
         for session_id, session in sorted(self._all_sessions(), key=operator.itemgetter(0)):
