@@ -2,8 +2,8 @@
 
 The index is derived from the log and only from it: deleting it and running again
 rebuilds the same rows. It lives in the user's cache, outside the ledger
-(:mod:`evidence_ledger.index.location`), with ``index.duckdb.state`` (the deriver's state
-at the indexed size) and ``index.duckdb.lock`` (serialises processes) beside it, and is
+(:mod:`evidence_ledger.index.location`), with ``index.duckdb.lock`` (serialises processes)
+beside it (and ``index.duckdb.build`` while a build runs, :func:`side_path`), and is
 brought up to date by tree size before each query: only records past the indexed tree size
 are read.
 
@@ -23,9 +23,10 @@ verdict.
 I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries read from its byte
 range of the log and checked ahead in a worker process
 (:class:`evidence_ledger.index.worker.Checker`), derived here, and inserted on a thread of its
-own while the next is derived, all in one transaction committed once the metadata row is
-written: an update killed midway leaves the index as it was before it; the saved state,
-written just before the commit, at another size than the metadata's rebuilds the index),
+own while the next is derived, in one transaction committed once the metadata row and the
+deriver's state (:mod:`evidence_ledger.index.state`) are written, or for a fresh build or
+a long catch-up in a side file renamed over the index: either way an update killed midway
+leaves the index as it was before it),
 :func:`derive` (the same rows in an in-memory database), :func:`is_current`. Queries:
 :mod:`evidence_ledger.index.query`. Tables and columns: :data:`evidence_ledger.index.db.VIEWS`
 and docs/QUERIES.md; ``log_blocks`` (where every :data:`BLOCK`-th record starts in the log)
