@@ -265,7 +265,8 @@ class Deriver:
     def _take_chains(self) -> pa.Table:
         """``call_chains`` rows of every call whose chain changed since the last take, in
         call order (see :attr:`Chunk.chains`)."""
-        states = sorted((self.engine.calls[k] for k in self._touched), key=lambda c: c.seq)
+        calls = self.engine.calls  # keeps the spilled runs it reads back: keys run by run
+        states = sorted((calls[k] for k in sorted(self._touched)), key=lambda c: c.seq)
         rows = []
         chain_rows = chains.call_chains(states, self._executed_at)
         for state, row in zip(states, chain_rows, strict=True):
