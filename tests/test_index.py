@@ -639,9 +639,9 @@ def test_an_update_holds_duckdb_to_its_memory_limit(tmp_path, monkeypatch):
     limits = []
     save = Deriver.save
 
-    def noting_the_limit(self, con):
+    def noting_the_limit(self, con, *args):
         limits.append(con.execute("SELECT current_setting('memory_limit')").fetchone())
-        return save(self, con)
+        return save(self, con, *args)
 
     monkeypatch.setattr(Deriver, "save", noting_the_limit)
     update_index(ledger)
@@ -673,7 +673,7 @@ def test_saved_state_loads_back_to_equal_call_states(audit):
 def _killed_midway(ledger: Ledger, monkeypatch) -> None:
     """An update that dies after committing some chunks (CHUNK made tiny)."""
 
-    def killed(self, con):
+    def killed(self, con, *args):
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:

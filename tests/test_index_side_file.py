@@ -27,7 +27,7 @@ _KILLED = textwrap.dedent("""
 
     build.CHUNK = 3
     build.SIDE_BYTES = int(sys.argv[3])
-    def save(self, con):  # every chunk committed in the side file: die as kill -9 would
+    def save(self, con, *args):  # every chunk committed in the side file: die as kill -9 would
         assert con.execute("SELECT count(*) FROM entries").fetchone()[0] > 0
         os._exit(9)
 
@@ -96,10 +96,10 @@ def test_a_catch_up_in_place_or_in_a_side_file_gives_the_same_rows(
     saved = []
     save = Deriver.save
 
-    def noting_the_file(self, con):
+    def noting_the_file(self, con, *args):
         saved.append(con.execute("SELECT path FROM duckdb_databases() WHERE NOT internal "
                                  "AND path IS NOT NULL").fetchone()[0])
-        return save(self, con)
+        return save(self, con, *args)
 
     monkeypatch.setattr(Deriver, "save", noting_the_file)
     info = update_index(ledger, index)

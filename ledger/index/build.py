@@ -168,12 +168,15 @@ class Deriver:
         state = load_state(con)
         return None if state is None else cls(*state)
 
-    def save(self, con: duckdb.DuckDBPyConnection) -> None:
+    def save(self, con: duckdb.DuckDBPyConnection, commit_each: bool = False) -> None:
         """Store this deriver's state in ``con`` (:mod:`evidence_ledger.index.state`), in
-        the caller's transaction, once everything fed has been taken. Raises duckdb.Error."""
+        the caller's transaction (or several: see
+        :func:`~evidence_ledger.index.state.save_state`), once everything fed has been
+        taken. Raises duckdb.Error."""
         assert not self._checked and not self._touched, "take before saving"
         save_state(con, self.engine, self.tree, DeriverPlace(
-            self.size, self.offset, self.last_offset, self.last_hash, self._findings))
+            self.size, self.offset, self.last_offset, self.last_hash, self._findings),
+            commit_each)
 
     def feed(self, checked: CheckedBatch) -> None:
         """Derive the rows of a checked batch of records, the first at index :attr:`size`.
@@ -881,7 +884,7 @@ def _catch_up(
         [INDEX_VERSION, _fingerprint(), deriver.size, base64.b64encode(root).decode("ascii"),
          digest_text(deriver.last_hash), deriver.last_offset, deriver.offset],
     )
-    deriver.save(con)
+    deriver.save(con, commit_each)
     con.execute("COMMIT")
     report()
     return IndexInfo(target, deriver.size, root, deriver.size - start, fresh)

@@ -28,7 +28,7 @@ __all__ = ["STATE", "DeriverPlace", "load_state", "save_state", "state_schema"]
 STATE = "state"
 """The schema of the state tables."""
 
-FLUSH_ROWS = 50_000
+FLUSH_ROWS = 20_000
 """State rows buffered per table before one bulk insert."""
 
 _VALUE = ("value_int", "value_text", "value_blob")
@@ -106,8 +106,9 @@ def _stored(table: str, row: Sequence[rules.StateValue]) -> tuple[Any, ...]:
 class _Appender:
     """Rows of state tables buffered and inserted :data:`FLUSH_ROWS` at a time."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, commit_each: bool) -> None:
         self._con = con
+        self._commit_each = commit_each
         self._rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in rules.STATE_TABLES}
         self._count = dict.fromkeys(rules.STATE_TABLES, 0)
 
@@ -134,12 +135,19 @@ class _Appender:
         finally:
             self._con.unregister("_state_rows")
         self._rows[table] = []
+        if self._commit_each:
+            self._con.execute("COMMIT")
+            self._con.execute("BEGIN TRANSACTION")
 
 
 def save_state(con: duckdb.DuckDBPyConnection, engine: rules.RuleEngine,
-               tree: merkle.CompactRange, place: DeriverPlace) -> None:
+               tree: merkle.CompactRange, place: DeriverPlace, commit_each: bool = False,
+               ) -> None:
     """Replace the stored state with ``engine``'s, ``tree``'s and ``place``, inside the
-    caller's transaction. Memory: one run's rows and :data:`FLUSH_ROWS` rows a table.
+    caller's transaction (committed, and another begun, after each bulk insert when
+    ``commit_each``: in a side file, where DuckDB would otherwise keep every row inserted
+    in memory until the commit). Memory: one run's rows and :data:`FLUSH_ROWS` rows a
+    table.
 
     Raises:
         duckdb.Error: a statement that did not land.
@@ -150,7 +158,7 @@ def save_state(con: duckdb.DuckDBPyConnection, engine: rules.RuleEngine,
                 [place.size, place.offset, place.last_offset, place.last_hash, place.findings])
     con.executemany(f"INSERT INTO {STATE}.tree_peaks VALUES (?, ?)",
                     list(enumerate(tree.peaks)))
-    appender = _Appender(con)
+    appender = _Appender(con, commit_each)
     for table, rows in engine.state_row_batches():
         appender.add(table, rows)
     for table in rules.STATE_TABLES:
