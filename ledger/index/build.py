@@ -101,13 +101,13 @@ __all__ = [
 ]
 
 INDEX_VERSION = 1
-CHUNK = 20_000
+CHUNK = 10_000
 """Records decoded between two bulk inserts (each chunk in flight costs the worker and this
 process some 2.5 KiB per record: the records, their decoded entries and rows, pickled)."""
 SIDE_BYTES = 32 << 20
 """Bytes of log (some 100,000 entries) past which a catch-up is built in a side file
 (:func:`side_path`) rather than in one transaction on the index."""
-MEMORY_LIMIT = "128MB"
+MEMORY_LIMIT = "64MB"
 """DuckDB's buffer pool while updating (``SET memory_limit``): blocks past it are written
 out or spilled to ``<index>.tmp``, rather than cached up to DuckDB's default of 80% of RAM."""
 AHEAD = 2

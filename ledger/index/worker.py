@@ -31,7 +31,7 @@ __all__ = ["STALL_SECONDS", "Checked", "Checker", "check_records", "read_log_chu
 
 STALL_SECONDS = 120.0
 """A worker that returns nothing for this long is taken for stopped, and its job is run in
-line (a chunk of 20,000 records takes it well under a second)."""
+line (a chunk of 10,000 records takes it well under a second)."""
 
 
 @dataclass(frozen=True)
