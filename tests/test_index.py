@@ -27,6 +27,7 @@ from evidence_ledger.format.entries import decode_entry, entry_hash
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import Record, frame
 from evidence_ledger.index import build as index_mod
+from evidence_ledger.index import state as index_state
 from evidence_ledger.index.build import Deriver, derive, update_index
 from evidence_ledger.index.check import check_batch
 from evidence_ledger.index.db import VIEWS
@@ -46,6 +47,7 @@ from evidence_ledger.verify.findings import (
     TOOL_LINKAGE,
 )
 from evidence_ledger.verify.records import verify_records
+from evidence_ledger.verify.rules import RuleEngine
 from tests.helpers import DATA, run_cli
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "QUERIES.md"
@@ -651,7 +653,12 @@ def test_an_update_holds_duckdb_to_its_memory_limit(tmp_path, monkeypatch):
         "SELECT current_setting('memory_limit')").fetchone()]
 
 
-def test_saved_state_loads_back_to_equal_call_states(audit):
+@pytest.mark.parametrize("part_calls", [1, 20_000])  # runs restored in many parts, or one
+def test_saved_state_loads_back_to_equal_call_states(audit, monkeypatch, part_calls):
+    monkeypatch.setattr(index_state, "PART_CALLS", part_calls)
+    restore = RuleEngine.from_state_parts.__func__
+    monkeypatch.setattr(RuleEngine, "from_state_parts", classmethod(  # runs retired between parts
+        lambda cls, parts, spill=None, live_limit=0: restore(cls, parts, spill, 0)))
     deriver = Deriver()
     records = [record for record in audit.scan() if isinstance(record, Record)]
     deriver.feed(check_batch(records))
@@ -662,6 +669,7 @@ def test_saved_state_loads_back_to_equal_call_states(audit):
         deriver.save(con)
         loaded = Deriver.restored(con)
     assert loaded is not None
+    assert loaded.engine._retired > 0  # the runs did go to the spill
     assert loaded.engine.state_rows() == deriver.engine.state_rows()
     assert (loaded.size, loaded.offset, loaded.last_hash, loaded.tree.root()) == (
         deriver.size, deriver.offset, deriver.last_hash, deriver.tree.root())

@@ -165,12 +165,21 @@ def save_state(con: duckdb.DuckDBPyConnection, engine: rules.RuleEngine,
         appender.flush(table)
 
 
-def _read(con: duckdb.DuckDBPyConnection, table: str) -> Iterator[tuple[Any, ...]]:
-    """The rows of state table ``table`` as :meth:`RuleEngine.state_rows` gives them, in
-    the order they were stored, fetched in batches."""
+PART_CALLS = 20_000
+"""Calls restored between two retirements of runs to the spill (about: runs are split
+into parts by a hash of their id)."""
+_RUN_TABLES = ("decisions", "call_values", "calls", "sticky", "approved", "runs", "run_states")
+"""The state tables whose rows belong to the run named by their ``run_id``."""
+
+
+def _read(con: duckdb.DuckDBPyConnection, table: str, where: str = "",
+          ) -> Iterator[tuple[Any, ...]]:
+    """The rows of state table ``table`` (those matching ``where``, SQL) as
+    :meth:`RuleEngine.state_rows` gives them, in the order they were stored, fetched in
+    batches."""
     cursor = con.cursor()
     try:
-        cursor.execute(f'SELECT * EXCLUDE (n) FROM {STATE}."{table}" ORDER BY n')
+        cursor.execute(f'SELECT * EXCLUDE (n) FROM {STATE}."{table}" {where} ORDER BY n')
         while batch := cursor.fetchmany(FLUSH_ROWS):
             for row in batch:
                 if table == "call_values":
@@ -186,6 +195,8 @@ def load_state(con: duckdb.DuckDBPyConnection,
                ) -> tuple[rules.RuleEngine, merkle.CompactRange, DeriverPlace] | None:
     """The stored state: a rule engine spilling to a new :class:`Spill`, the tree and the
     place; None when there is none, or it is not well formed (the index is then rebuilt).
+    Memory: the runs of some :data:`PART_CALLS` calls at a time, and the engine's live
+    state (:meth:`RuleEngine.from_state_parts`).
 
     Raises:
         duckdb.Error: a read that failed.
@@ -198,8 +209,13 @@ def load_state(con: duckdb.DuckDBPyConnection,
         f"SELECT n, peak FROM {STATE}.tree_peaks ORDER BY n").fetchall()]
     try:
         tree = merkle.CompactRange.from_peaks(place.size, peaks)
-        engine = rules.RuleEngine.from_state_rows(
-            {table: _read(con, table) for table in rules.STATE_TABLES}, Spill())
+        (calls,) = con.execute(f"SELECT count(*) FROM {STATE}.calls").fetchone() or (0,)
+        count = max(1, calls // PART_CALLS)
+        parts = [{table: _read(con, table, f"WHERE hash(run_id) % {count} = {part}")
+                  for table in _RUN_TABLES} for part in range(count)]
+        parts.append({table: _read(con, table) for table in rules.STATE_TABLES
+                      if table not in _RUN_TABLES})
+        engine = rules.RuleEngine.from_state_parts(parts, Spill())
     except (ValueError, KeyError, TypeError):
         return None
     if len(place.last_hash) != 32:

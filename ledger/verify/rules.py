@@ -1183,7 +1183,32 @@ class RuleEngine:
         Raises:
             ValueError, KeyError, TypeError: rows that :meth:`state_rows` did not make.
         """
+        return cls.from_state_parts([tables], spill, live_limit)
+
+    @classmethod
+    def from_state_parts(
+        cls, parts: Iterable[Mapping[str, Iterable[Sequence[StateValue]]]],
+        spill: Spill | None = None, live_limit: int = LIVE_LIMIT,
+    ) -> RuleEngine:
+        """As :meth:`from_state_rows`, from the rows split into parts by run: each run's
+        rows (in the tables with a ``run_id`` column) all in one part, each table outside
+        runs whole in one part. With a ``spill``, runs and sessions past ``live_limit``
+        are retired after each part: memory is one part's rows and state beyond the
+        limit, not the whole state.
+
+        Raises:
+            ValueError, KeyError, TypeError: rows that :meth:`state_rows` did not make.
+        """
         engine = cls(spill, live_limit)
+        for tables in parts:
+            engine._load_rows(tables)
+            if spill is not None:
+                engine._settle()
+        return engine
+
+    def _load_rows(self, tables: Mapping[str, Iterable[Sequence[StateValue]]]) -> None:
+        """Add the state in ``tables`` (see :meth:`from_state_parts`)."""
+        engine = self
 
         def table(name: str) -> Iterable[Sequence[Any]]:
             return tables.get(name, ())
@@ -1239,19 +1264,18 @@ class RuleEngine:
         for session_id, call_id, kind, run_id, seq in table("unanswered"):
             engine._unanswered.setdefault(session_id, {})[call_id, kind, run_id] = seq
             engine._pending_of(run_id).add((session_id, call_id, kind))
-        engine._foreign = {(run_id, call_id) for run_id, call_id in table("foreign")}
-        engine.findings = [
+        engine._foreign.update((run_id, call_id) for run_id, call_id in table("foreign"))
+        engine.findings += [
             Finding(rule, seq, detail, run_id, _scope_of(scope), call_id,
                     None if expected is None else (expected, got))
             for rule, seq, detail, run_id, scope, call_id, expected, got in table("findings")]
-        engine.notices = [notice for notice, in table("notices")]
+        engine.notices += [notice for notice, in table("notices")]
         counters: dict[str, int] = {name: value for name, value in table("counters")}
-        engine._persist_order = counters.get("persist_order", 0)
-        engine._context_count = counters.get("context_decisions", 0)
-        engine._context_first = [seq for seq, in table("context_decisions")]
+        engine._persist_order = counters.get("persist_order", engine._persist_order)
+        engine._context_count = counters.get("context_decisions", engine._context_count)
+        engine._context_first += [seq for seq, in table("context_decisions")]
         for run_id, scope, call_id, time, digest in table("last_run"):
             engine._last_run = ((run_id, _scope_of(scope), call_id), time, digest)
-        return engine
 
 
 def _bare(items: Sequence[T]) -> T | tuple[T, ...] | None:
