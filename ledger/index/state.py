@@ -59,8 +59,8 @@ def _columns(table: str) -> list[tuple[str, pa.DataType]]:
     return columns
 
 
-_SQL_TYPES = {pa.int64(): "BIGINT", pa.uint64(): "UBIGINT", pa.string(): "VARCHAR", pa.binary(): "BLOB",
-              pa.bool_(): "BOOLEAN"}
+_SQL_TYPES = {pa.int64(): "BIGINT", pa.uint64(): "UBIGINT", pa.string(): "VARCHAR",
+              pa.binary(): "BLOB", pa.bool_(): "BOOLEAN"}
 
 
 def state_schema() -> list[str]:
