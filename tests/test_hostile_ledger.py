@@ -463,7 +463,7 @@ def test_a_deleted_payload_is_a_violation_naming_its_digest_and_seq(tmp_path):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", ["index.duckdb", "index.duckdb.state", "index.duckdb.wal"])
+@pytest.mark.parametrize("name", ["index.duckdb", "index.duckdb.build", "index.duckdb.wal"])
 def test_a_non_regular_index_file_is_refused_never_opened(tmp_path, kind, name):
     book, _key, _vkey = _keyed(tmp_path)
     _plant(default_index(book).with_name(name), kind, tmp_path)

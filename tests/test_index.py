@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import io
 import json
 import os
-import pickle
 import re
 import shutil
 import signal
@@ -25,14 +23,16 @@ import pyarrow as pa
 import pytest
 
 from evidence_ledger.api.keys import SigningKey
-from evidence_ledger.format.entries import decode_entry
+from evidence_ledger.format.entries import decode_entry, entry_hash
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import Record, frame
 from evidence_ledger.index import build as index_mod
+from evidence_ledger.index import state as index_state
 from evidence_ledger.index.build import Deriver, derive, update_index
 from evidence_ledger.index.check import check_batch
 from evidence_ledger.index.db import VIEWS
 from evidence_ledger.index.query import check_read_only, connect_read_only, run_query
+from evidence_ledger.index.state import state_schema
 from evidence_ledger.record.ingest import ingest_file
 from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -47,6 +47,7 @@ from evidence_ledger.verify.findings import (
     TOOL_LINKAGE,
 )
 from evidence_ledger.verify.records import verify_records
+from evidence_ledger.verify.rules import RuleEngine
 from tests.helpers import DATA, run_cli
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "QUERIES.md"
@@ -471,43 +472,31 @@ def test_other_code_rebuilds_the_index(tmp_path, monkeypatch):
     assert update_index(ledger).rebuilt
 
 
-class _Reduces:
-    def __init__(self, fn, *args) -> None:
-        self.fn, self.args = fn, args
-
-    def __reduce__(self):
-        return (self.fn, self.args)
-
-
 @pytest.mark.parametrize(
-    "payload",
+    "damage",
     [
-        "os-level",  # Path.touch(marker): a function outside the allowed modules
-        "pure-module-function",  # verify.rules._digest_text: a function, not a class
-        "dotted-method",  # evidence_ledger.verify.rules RuleEngine.feed: a method by qualified name
-        "garbage",
+        "DELETE FROM state.deriver",  # no place
+        "UPDATE state.deriver SET last_hash = 'short'::BLOB",  # not an entry hash
+        "UPDATE state.tree_peaks SET peak = 'x'::BLOB",  # not a tree at that size
+        "UPDATE state.calls SET authorized_by = 999999",  # a decision not stored
+        "DROP TABLE state.decisions",  # another schema
     ],
 )
-def test_index_state_unpickles_only_the_derivers_classes(tmp_path, payload):
-    from evidence_ledger.verify import rules
-
+def test_a_damaged_stored_state_is_rebuilt_not_an_internal_error(tmp_path, damage):
     ledger = Ledger(tmp_path / "l")
     ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
     update_index(ledger)
-    marker = tmp_path / "pwned"
-    blob = {
-        "os-level": lambda: pickle.dumps(_Reduces(Path.touch, marker)),
-        "pure-module-function": lambda: pickle.dumps(_Reduces(rules._digest_text, b"x" * 32)),
-        "dotted-method": lambda: pickle.dumps(_Reduces(rules.RuleEngine.feed, None, None)),
-        "garbage": lambda: b"\x80\x05not a pickle",
-    }[payload]()
-    state = index_mod.index_path(ledger).with_name("index.duckdb.state")
-    assert state.is_file()
-    state.write_bytes(blob)
+    with index_mod.duckdb.connect(str(index_mod.index_path(ledger))) as con:
+        if "authorized_by" in damage:
+            assert con.execute("SELECT count(*) FROM state.calls WHERE authorized_by IS NOT NULL"
+                               ).fetchone()[0] > 0
+        con.execute(damage)
     EvidenceWriter(ledger).run_end(run_id="r1", status="completed")
     info = update_index(ledger)
-    assert not marker.exists()
     assert info.rebuilt and info.tree_size == 26
+    _, derived = derive(ledger.scan())
+    for name in VIEWS:
+        assert table(ledger, name).equals(derived[name]), name
 
 
 def test_a_torn_tail_is_not_indexed_and_a_writer_meanwhile_is_harmless(tmp_path):
@@ -567,10 +556,10 @@ def test_deriver_refuses_a_broken_prev_link(tmp_path):
     ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
     records = [r for r in ledger.scan() if isinstance(r, Record)]
     deriver = Deriver()
-    deriver.feed(records[:1], check_batch(records[:1]))
+    deriver.feed(check_batch(records[:1]))
     skipped = [Record(1, records[2].offset, records[2].data, True)]
     with pytest.raises(EvidenceError, match="seq 1"):
-        deriver.feed(skipped, check_batch(skipped))
+        deriver.feed(check_batch(skipped))
 
 
 def test_no_ledger_is_a_usage_error(tmp_path):
@@ -623,36 +612,67 @@ def test_gated_without_approval_agrees_with_the_verifier_after_a_double_ingest(t
     assert rows.code == 0 and json.loads(rows.out) == []
 
 
-def test_an_update_stopped_midway_is_not_resumed_but_rebuilt(tmp_path, monkeypatch):
+def test_an_update_stopped_midway_leaves_the_index_as_it_was_and_is_resumed(
+    tmp_path, monkeypatch
+):
+    # before: each chunk was committed as it was inserted (a COMMIT per chunk), so an
+    # update killed midway left rows past the indexed size and the next one rebuilt it all
     ledger = Ledger(tmp_path)
     ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
     update_index(ledger)
     writer = EvidenceWriter(ledger)
     for i in range(7):
         writer.run_end(run_id=f"late-{i}", status="completed")
-    monkeypatch.setattr(index_mod, "CHUNK", 3)  # chunks are committed as they are loaded
-
-    def killed(self):
-        raise KeyboardInterrupt  # as if the process died after some chunks were committed
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Deriver, "take_chains", killed)
-        with pytest.raises(KeyboardInterrupt):
-            update_index(ledger)
+    _killed_midway(ledger, monkeypatch)  # after two chunks of three were inserted
+    with connect_read_only(index_mod.index_path(ledger)) as con:
+        assert con.execute("SELECT count(*), max(seq) FROM entries").fetchall() == [(25, 24)]
+        assert con.execute("SELECT tree_size FROM ledger_index").fetchall() == [(25,)]
     info = update_index(ledger)
-    assert info.rebuilt and info.tree_size == 32
+    assert (info.rebuilt, info.added, info.tree_size) == (False, 7, 32)
     _, derived = derive(ledger.scan())
     for name in VIEWS:
         assert table(ledger, name).equals(derived[name]), name
 
 
-def test_saved_state_loads_back_to_equal_call_states(audit):
+def test_an_update_holds_duckdb_to_its_memory_limit(tmp_path, monkeypatch):
+    # before: DuckDB's default buffer pool (80% of RAM) cached every block the update wrote
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    limits = []
+    save = Deriver.save
+
+    def noting_the_limit(self, con, *args):
+        limits.append(con.execute("SELECT current_setting('memory_limit')").fetchone())
+        return save(self, con, *args)
+
+    monkeypatch.setattr(Deriver, "save", noting_the_limit)
+    update_index(ledger)
+    expected = index_mod.duckdb.connect(config={"memory_limit": index_mod.MEMORY_LIMIT})
+    assert limits == [expected.execute("SELECT current_setting('memory_limit')").fetchone()]
+    assert limits != [index_mod.duckdb.connect().execute(
+        "SELECT current_setting('memory_limit')").fetchone()]
+
+
+@pytest.mark.parametrize("part_calls", [1, 20_000])  # runs restored in many parts, or one
+def test_saved_state_loads_back_to_equal_call_states(audit, monkeypatch, part_calls):
+    monkeypatch.setattr(index_state, "PART_CALLS", part_calls)
+    restore = RuleEngine.from_state_parts.__func__
+    monkeypatch.setattr(RuleEngine, "from_state_parts", classmethod(  # runs retired between parts
+        lambda cls, parts, spill=None, live_limit=0: restore(cls, parts, spill, 0)))
     deriver = Deriver()
     records = [record for record in audit.scan() if isinstance(record, Record)]
-    deriver.feed(records, check_batch(records))
+    deriver.feed(check_batch(records))
     deriver.take()
-    deriver.take_chains()
-    loaded = index_mod._StateUnpickler(io.BytesIO(pickle.dumps(deriver, protocol=5))).load()
+    with index_mod.duckdb.connect() as con:
+        for statement in state_schema():
+            con.execute(statement)
+        deriver.save(con)
+        loaded = Deriver.restored(con)
+    assert loaded is not None
+    assert loaded.engine._retired > 0  # the runs did go to the spill
+    assert loaded.engine.state_rows() == deriver.engine.state_rows()
+    assert (loaded.size, loaded.offset, loaded.last_hash, loaded.tree.root()) == (
+        deriver.size, deriver.offset, deriver.last_hash, deriver.tree.root())
     calls = deriver.engine.calls
     assert loaded.engine.calls == calls and any(c.decisions for c in calls.values())
     assert loaded.engine.findings == deriver.engine.findings
@@ -661,12 +681,12 @@ def test_saved_state_loads_back_to_equal_call_states(audit):
 def _killed_midway(ledger: Ledger, monkeypatch) -> None:
     """An update that dies after committing some chunks (CHUNK made tiny)."""
 
-    def killed(self):
+    def killed(self, con, *args):
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
         patch.setattr(index_mod, "CHUNK", 3)
-        patch.setattr(Deriver, "take_chains", killed)
+        patch.setattr(Deriver, "save", killed)
         with pytest.raises(KeyboardInterrupt):
             update_index(ledger)
 
@@ -715,19 +735,6 @@ def test_ctrl_c_while_waiting_for_the_insert_thread_stops_it_before_returning():
     finally:
         ctrl_c.cancel()
         signal.signal(signal.SIGINT, previous)
-
-
-def test_a_state_of_the_wrong_shape_is_rebuilt_not_an_internal_error(tmp_path):
-    ledger = Ledger(tmp_path)
-    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
-    update_index(ledger)
-    state = index_mod.index_path(ledger).with_name("index.duckdb.state")
-    deriver = pickle.loads(state.read_bytes())
-    deriver.last_hash = deriver.last_hash.hex()  # the right size, a str where bytes belong
-    state.write_bytes(pickle.dumps(deriver))
-    EvidenceWriter(ledger).run_end(run_id="r1", status="completed")
-    info = update_index(ledger)
-    assert info.rebuilt and info.tree_size == 26
 
 
 @pytest.mark.parametrize("late", [2**63, 2**64 - 1])
@@ -848,3 +855,33 @@ def test_an_incremental_update_reports_progress_over_the_bytes_it_reads(tmp_path
     update_index(ledger, progress=lambda *report: reports.append(report))
     assert reports[-1] == (7, ledger.store.path.stat().st_size - indexed,
                            ledger.store.path.stat().st_size - indexed)
+
+
+def test_digests_are_blobs_in_the_raw_tables_and_sha256_text_in_the_views(tmp_path):
+    # before: every digest was stored as 71 characters of text (the index 5x its floor)
+    ledger = Ledger(tmp_path)
+    ingest_file(EvidenceWriter(ledger), DATA / "rules" / "valid.jsonl")
+    info = update_index(ledger)
+    types = "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = ? AND " \
+        "table_name = ? ORDER BY column_index"
+    hashes = [entry_hash(r.data) for r in ledger.scan() if isinstance(r, Record)]
+    with connect_read_only(info.path) as con:
+        for view in VIEWS.values():
+            assert tuple(con.execute(types, ["main", view.name]).fetchall()) == view.columns
+            stored = dict(con.execute(types, ["raw", view.name]).fetchall())
+            assert {n: stored[n] for n in view.digests} == {
+                n: "BLOB[]" if t.endswith("[]") else "BLOB" for n, t in view.columns
+                if n in view.digests}
+            assert {n: stored[n] for n, _ in view.columns if n not in view.digests} == {
+                n: t for n, t in view.columns if n not in view.digests}
+        assert VIEWS["calls"].digests == {"entry_hash", "arguments_digest", "arguments_payload"}
+        rows = con.execute("SELECT e.entry_hash, r.entry_hash, e.refs, r.refs FROM entries e "
+                           "JOIN raw.entries r USING (seq) ORDER BY seq").fetchall()
+    assert [r[1] for r in rows] == hashes
+    assert [r[0] for r in rows] == ["sha256:" + h.hex() for h in hashes]
+    assert any(r[2] for r in rows)
+    assert all(r[2] == ["sha256:" + b.hex() for b in r[3]] for r in rows)
+    joined = ("SELECT count(*) FROM {0}calls c JOIN {0}executions e "
+              "ON e.arguments_digest = c.arguments_digest")
+    as_text, as_blobs = (run_query(ledger, joined.format(p)).rows for p in ("", "raw."))
+    assert as_text == as_blobs and as_text[0][0] > 0

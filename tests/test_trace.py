@@ -12,6 +12,7 @@ import pytest
 from evidence_ledger.format.entries import entry_json
 from evidence_ledger.format.framing import Record
 from evidence_ledger.index import build as index_mod
+from evidence_ledger.index import check as index_check
 from evidence_ledger.index.build import update_index
 from evidence_ledger.index.query import connect_read_only
 from evidence_ledger.index.trace import trace_call
@@ -87,7 +88,7 @@ def test_trace_is_what_a_full_verify_and_scan_find_for_every_call(audit):
 def test_trace_reads_only_the_log_blocks_that_hold_the_call(tmp_path, monkeypatch):
     # before: trace verified the whole ledger and scanned it twice (11.7 s for one call
     # of a 150,000-entry ledger)
-    monkeypatch.setattr(index_mod, "BLOCK", 4)
+    monkeypatch.setattr(index_check, "BLOCK", 4)
     ledger = many_runs(tmp_path)
     update_index(ledger)
     scanned = []
@@ -107,7 +108,7 @@ def test_trace_reads_only_the_log_blocks_that_hold_the_call(tmp_path, monkeypatc
 
 
 def test_log_blocks_name_every_block_start_and_each_update_start(tmp_path, monkeypatch):
-    monkeypatch.setattr(index_mod, "BLOCK", 4)
+    monkeypatch.setattr(index_check, "BLOCK", 4)
     ledger = many_runs(tmp_path)
     update_index(ledger)
     w = EvidenceWriter(ledger)
@@ -146,13 +147,14 @@ def test_a_record_rewritten_after_indexing_is_evidence_that_fails(tmp_path):
 
 
 EDITS = {
-    "call_id of another call's entries": "UPDATE entries SET call_id = 'c10' WHERE seq IN (0, 1)",
-    "a run moved": "UPDATE entries SET run_id = 'r10' WHERE seq = 4",
+    "call_id of another call's entries":
+        "UPDATE raw.entries SET call_id = 'c10' WHERE seq IN (0, 1)",
+    "a run moved": "UPDATE raw.entries SET run_id = 'r10' WHERE seq = 4",
     "a block offset mid-record": "UPDATE log_blocks SET log_offset = 5 WHERE first_seq = 40",
     "a block offset past the log": "UPDATE log_blocks SET log_offset = 9223372036854775807",
     "a negative block offset": "UPDATE log_blocks SET log_offset = -100",
     "no blocks": "DELETE FROM log_blocks",
-    "a hash": "UPDATE entries SET entry_hash = 'sha256:' || repeat('0', 64) WHERE seq = 41",
+    "a hash": "UPDATE raw.entries SET entry_hash = from_hex(repeat('0', 64)) WHERE seq = 41",
 }
 
 

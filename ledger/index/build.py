@@ -2,8 +2,8 @@
 
 The index is derived from the log and only from it: deleting it and running again
 rebuilds the same rows. It lives in the user's cache, outside the ledger
-(:mod:`evidence_ledger.index.location`), with ``index.duckdb.state`` (the deriver's state
-at the indexed size) and ``index.duckdb.lock`` (serialises processes) beside it, and is
+(:mod:`evidence_ledger.index.location`), with ``index.duckdb.lock`` (serialises processes)
+beside it (and ``index.duckdb.build`` while a build runs, :func:`side_path`), and is
 brought up to date by tree size before each query: only records past the indexed tree size
 are read.
 
@@ -20,33 +20,33 @@ fails its CRC-32, canonical decoding, ``seq`` or ``prev`` link stops the index
 (:class:`EvidenceError`); ``verify`` names every break, checks payloads and refs, and stays the
 verdict.
 
-I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries checked ahead in
-a worker process (:class:`evidence_ledger.index.worker.BatchChecker`), derived here, and inserted
-and committed on a thread of its own while the next is derived; the metadata row and the
-saved state, written last, let the next update resume where this one stopped, and an
-update killed midway is rebuilt, not resumed), :func:`derive` (the same rows in an
-in-memory database), :func:`is_current`. Queries: :mod:`evidence_ledger.index.query`. Tables
-and columns: :data:`evidence_ledger.index.db.VIEWS` and docs/QUERIES.md; ``log_blocks`` (where
-every :data:`BLOCK`-th record starts in the log) lets :mod:`evidence_ledger.index.trace` read a
-call's records without scanning the log.
+I/O around it: :func:`update_index` (each chunk of :data:`CHUNK` entries read from its byte
+range of the log and checked ahead in a worker process
+(:class:`evidence_ledger.index.worker.Checker`), derived here, and inserted on a thread of its
+own while the next is derived, in one transaction committed once the metadata row and the
+deriver's state (:mod:`evidence_ledger.index.state`) are written, or for a fresh build or
+a long catch-up in a side file renamed over the index: either way an update killed midway
+leaves the index as it was before it),
+:func:`derive` (the same rows in an in-memory database), :func:`is_current`. Queries:
+:mod:`evidence_ledger.index.query`. Tables and columns: :data:`evidence_ledger.index.db.VIEWS`
+and docs/QUERIES.md; ``log_blocks`` (where every :data:`BLOCK`-th record starts in the log)
+lets :mod:`evidence_ledger.index.trace` read a call's records without scanning the log.
 """
 
 from __future__ import annotations
 
 import base64
-import collections
 import contextlib
 import errno
 import functools
 import hashlib
-import itertools
 import os
-import pickle
 import queue
+import shutil
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from evidence_ledger.format.entries import ZERO_HASH, Entry, decode_checked, entry_hash
+from evidence_ledger.format.entries import ZERO_HASH, Entry, entry_hash
 from evidence_ledger.format.errors import (
     EvidenceError,
     LedgerError,
@@ -63,7 +63,7 @@ from evidence_ledger.format.errors import (
     UsageError,
 )
 from evidence_ledger.format.framing import Damage, Record, TornTail
-from evidence_ledger.index.check import CheckedBatch
+from evidence_ledger.index.check import BLOCK, CheckedBatch
 from evidence_ledger.index.db import (
     BLOCKS_SCHEMA,
     CALL_SEQ,
@@ -71,19 +71,19 @@ from evidence_ledger.index.db import (
     VIEWS,
     Chunk,
     digest_text,
-    insert_rows,
     one_line,
-    one_row,
     rows_table,
 )
 from evidence_ledger.index.location import INDEX_NAME, default_index_path
-from evidence_ledger.index.worker import BatchChecker
+from evidence_ledger.index.state import DeriverPlace, load_state, save_state, state_schema
+from evidence_ledger.index.worker import Checked, Checker, check_records, read_log_chunk
 from evidence_ledger.storage.bulk import gc_paused
-from evidence_ledger.storage.fsutil import file_lock, open_regular, problem
+from evidence_ledger.storage.fsutil import file_lock, problem
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.tlog import merkle
 from evidence_ledger.verify import chains, rules
 from evidence_ledger.verify.records import Report
+from evidence_ledger.verify.spill import Spill
 
 __all__ = [
     "BLOCK",
@@ -101,12 +101,15 @@ __all__ = [
 ]
 
 INDEX_VERSION = 1
-CHUNK = 50_000
-"""Records decoded between two bulk inserts."""
-BLOCK = 4096
-"""Records between two rows of ``log_blocks`` (besides the first record of each batch an
-update reads): a reader of the index reads at most this many records to reach one it
-names."""
+CHUNK = 10_000
+"""Records decoded between two bulk inserts (each chunk in flight costs the worker and this
+process some 2.5 KiB per record: the records, their decoded entries and rows, pickled)."""
+SIDE_BYTES = 32 << 20
+"""Bytes of log (some 100,000 entries) past which a catch-up is built in a side file
+(:func:`side_path`) rather than in one transaction on the index."""
+MEMORY_LIMIT = "64MB"
+"""DuckDB's buffer pool while updating (``SET memory_limit``): blocks past it are written
+out or spilled to ``<index>.tmp``, rather than cached up to DuckDB's default of 80% of RAM."""
 AHEAD = 2
 """Batches of :data:`CHUNK` records given to the checker before the one being derived."""
 Progress = Callable[[int, int, int], None]
@@ -120,57 +123,81 @@ class Deriver:
 
     Stage two of deriving the index: feed every batch of the log's records in order with
     :meth:`feed`, each with what :func:`evidence_ledger.index.check.check_batch` found in it; take
-    the entries fed since the last take with :meth:`take` (a :class:`Chunk`) and the rows
-    of the calls whose chain changed with :meth:`take_chains`. The object pickles (its
-    state between two updates) once both have been taken.
+    the rows of the entries fed since the last take, and of the calls whose chain they
+    changed, with :meth:`take` (a :class:`Chunk`). Its state between two updates is stored
+    in the index (:meth:`save`, :meth:`restored`).
+
+    Memory: the rule engine spills a run's state when the run ends or falls out of its
+    working set (:class:`evidence_ledger.verify.rules.RuleEngine` with a
+    :class:`~evidence_ledger.verify.spill.Spill`); what is kept between two takes is
+    bounded by the chunk.
+
+    Args:
+        engine: the rule engine to go on with (default: a new one, spilling).
+        tree: the compact range of the entries fed so far.
+        place: where the entries fed so far end (default: nothing fed).
     """
 
-    def __init__(self) -> None:
-        self.engine = rules.RuleEngine()
-        self.tree = merkle.CompactRange()
-        self.size = 0
+    def __init__(self, engine: rules.RuleEngine | None = None,
+                 tree: merkle.CompactRange | None = None,
+                 place: DeriverPlace | None = None) -> None:
+        self.engine = engine if engine is not None else rules.RuleEngine(Spill())
+        self.tree = tree if tree is not None else merkle.CompactRange()
+        place = place or DeriverPlace(0, 0, 0, ZERO_HASH, 0)
+        self.size = place.size
         """Entries fed (the tree size)."""
-        self.offset = 0
+        self.offset = place.offset
         """Byte offset just past the last record fed."""
-        self.last_offset = 0
+        self.last_offset = place.last_offset
         """Byte offset of the last record fed."""
-        self.last_hash = ZERO_HASH
+        self.last_hash = place.last_hash
         """Entry hash of the last record fed (zeros when none)."""
+        self._findings = place.findings
         self._checked: list[CheckedBatch] = []
         self._call_seqs: dict[str, list[int | None]] = {}
         self._violations: list[tuple[Any, ...]] = []
         self._touched: set[CallKey] = set()
-        self._findings = 0
-        self._persisted_at: dict[CallKey, int] = {}
+        self._persisted_at: dict[CallKey, int] = {}  # calls whose first one was since the take
         self._executed_at: dict[CallKey, int] = {}
         self._blocks: list[tuple[int, int]] = []
 
-    def feed(self, records: Sequence[Record], checked: CheckedBatch) -> None:
-        """Derive the rows of a batch of records, the first at index :attr:`size`.
+    @classmethod
+    def restored(cls, con: duckdb.DuckDBPyConnection) -> Deriver | None:
+        """The deriver whose state :meth:`save` stored in ``con`` (None: none stored, or
+        not well formed). Raises duckdb.Error."""
+        state = load_state(con)
+        return None if state is None else cls(*state)
+
+    def save(self, con: duckdb.DuckDBPyConnection, commit_each: bool = False) -> None:
+        """Store this deriver's state in ``con`` (:mod:`evidence_ledger.index.state`), in
+        the caller's transaction (or several: see
+        :func:`~evidence_ledger.index.state.save_state`), once everything fed has been
+        taken. Raises duckdb.Error."""
+        assert not self._checked and not self._touched, "take before saving"
+        save_state(con, self.engine, self.tree, DeriverPlace(
+            self.size, self.offset, self.last_offset, self.last_hash, self._findings),
+            commit_each)
+
+    def feed(self, checked: CheckedBatch) -> None:
+        """Derive the rows of a checked batch of records, the first at index :attr:`size`.
 
         Args:
-            records: the batch, in log order.
-            checked: :func:`evidence_ledger.index.check.check_batch` of exactly these records.
+            checked: :func:`evidence_ledger.index.check.check_batch` of the batch.
 
         Raises:
             EvidenceError: at the first record that does not continue the log (its
                 ``seq`` or ``prev``), or that ``checked`` found a problem with (its CRC-32
                 or canonical decoding); run ``verify``.
-            ValueError: if ``checked`` is not of this batch at this size (a caller's bug).
+            ValueError: if ``checked`` does not start at this size (a caller's bug).
         """
         hashes, leaves = checked.hashes, checked.leaves
-        if checked.first != self.size or checked.count > len(records):
+        if checked.first != self.size:
             raise ValueError("the checked batch is not the one fed")
         self._checked.append(checked)
-        first = checked.first
-        starts = range((-first) % BLOCK, checked.count, BLOCK)  # the records at seq % BLOCK 0
-        if checked.count and (not starts or starts[0]):
-            self._blocks.append((first, records[0].offset))  # and the first of the batch
-        self._blocks += [(first + i, records[i].offset) for i in starts]
-        for i, record in enumerate(itertools.islice(records, checked.count)):
+        self._blocks += checked.blocks
+        for i, entry in enumerate(checked.entries):
             seq = self.size
-            entry = decode_checked(record.data)
-            if record.index != seq or entry.seq != seq or entry.prev != self.last_hash:
+            if entry.seq != seq or entry.prev != self.last_hash:
                 raise EvidenceError(
                     f"log damaged at seq {seq}: seq or prev does not continue the log "
                     "(run verify)"
@@ -178,8 +205,10 @@ class Deriver:
             self.tree.append(leaves[32 * i:32 * i + 32])
             self.engine.feed(entry)
             self._attribute(entry)
-            self.size, self.offset, self.last_offset = seq + 1, record.end, record.offset
+            self.size = seq + 1
             self.last_hash = hashes[32 * i:32 * i + 32]
+        if checked.count:
+            self.offset, self.last_offset = checked.end, checked.last_offset
         if checked.problem is not None:
             raise EvidenceError(checked.problem)
 
@@ -220,7 +249,8 @@ class Deriver:
         self._findings += len(new)
 
     def take(self) -> Chunk:
-        """The entries fed since the last call, as a :class:`Chunk`."""
+        """The entries fed since the last call, and the chains they changed, as a
+        :class:`Chunk`."""
         raw = {}
         for kind, seqs in self._call_seqs.items():
             tables = [c.tables[kind] for c in self._checked if kind in c.tables]
@@ -230,27 +260,29 @@ class Deriver:
             raw, rows_table(VIEWS["violations"], self._violations),
             pa.Table.from_pylist(
                 [{"first_seq": s, "log_offset": o} for s, o in self._blocks], BLOCKS_SCHEMA),
+            self._take_chains(),
         )
         self._checked, self._call_seqs, self._violations, self._blocks = [], {}, [], []
         return chunk
 
-    def take_chains(self) -> pa.Table:
-        """``call_chains`` rows of every call whose chain changed since the last call, in
-        call order (replace the rows with the same ``call_seq``)."""
-        states = sorted((self.engine.calls[k] for k in self._touched), key=lambda c: c.seq)
+    def _take_chains(self) -> pa.Table:
+        """``call_chains`` rows of every call whose chain changed since the last take, in
+        call order (see :attr:`Chunk.chains`)."""
+        calls = self.engine.calls  # keeps the spilled runs it reads back: keys run by run
+        states = sorted((calls[k] for k in sorted(self._touched)), key=lambda c: c.seq)
         rows = []
         chain_rows = chains.call_chains(states, self._executed_at)
         for state, row in zip(states, chain_rows, strict=True):
             persisted = self._persisted_at.get(state.key)
             rows.append((
                 state.seq, row.run_id, list(row.scope), row.call_id, row.agent, row.tool,
-                digest_text(row.args_digest), row.needs_approval, row.decision, row.sticky,
+                row.args_digest, row.needs_approval, row.decision, row.sticky,
                 row.approver,
                 state.time, state.time, row.decided_at, row.decided_at, row.executed_at,
                 row.executed_at, len(state.executions), row.persisted, persisted, persisted,
                 row.status, list(row.violations),
             ))
-        self._touched = set()
+        self._touched, self._persisted_at, self._executed_at = set(), {}, {}
         return rows_table(VIEWS["call_chains"], rows)
 
     def report(self) -> Report:
@@ -286,10 +318,10 @@ def derive(
     with gc_paused(), contextlib.closing(duckdb.connect()) as con:
         for statement in [*SCHEMA, "BEGIN TRANSACTION"]:
             con.execute(statement)
-        _load(con, deriver, records, size, lambda: progress and progress(deriver.size))
+        _load(con, deriver, _given_chunks(records, size),
+              lambda: progress and progress(deriver.size))
         if size is not None and deriver.size < size:
             raise EvidenceError(f"the ledger holds {deriver.size} entries, fewer than {size}")
-        insert_rows(con, "call_chains", deriver.take_chains())
         tables = {
             name: con.sql(f"SELECT * FROM {name} ORDER BY {view.order}").to_arrow_table()
             .cast(view.schema)
@@ -318,82 +350,92 @@ def _batches(
         yield batch, None
 
 
-def _load(
-    con: duckdb.DuckDBPyConnection, deriver: Deriver,
+def _given_chunks(
     items: Iterable[Record | Damage | TornTail], size: int | None,
-    chunk_done: Callable[[], object],
+) -> Generator[Checked, None, None]:
+    """The records of ``items`` (up to ``size`` entries), checked a :data:`CHUNK` at a
+    time: the first in line, the next :data:`AHEAD` in the worker meanwhile."""
+    batches = _batches(items, size)
+    first = next(batches, None)
+    if first is None:
+        return
+    with Checker() as checker:
+        queued = 0
+
+        def top_up() -> None:
+            nonlocal queued
+            while queued < AHEAD and (batch := next(batches, None)) is not None:
+                checker.submit(check_records, *batch)
+                queued += 1
+
+        top_up()
+        yield check_records(*first)
+        while queued:
+            checked = checker.result()
+            queued -= 1
+            top_up()
+            yield checked
+
+
+def _log_chunks(ledger: Ledger, offset: int, index: int) -> Generator[Checked, None, None]:
+    """The log from byte ``offset`` (record ``index``) on, read and checked a :data:`CHUNK`
+    at a time: the first in line, each later one by the worker (from the byte where the
+    chunk before ends) while the one before is derived."""
+    directory = str(ledger.store.directory)
+    checked = read_log_chunk(directory, offset, index, CHUNK)
+    with Checker() as checker:
+        while True:
+            batch = checked.batch
+            going_on = checked.more and batch is not None and batch.problem is None
+            if going_on:
+                assert batch is not None
+                checker.submit(read_log_chunk, directory, batch.end, batch.first + batch.count,
+                               CHUNK)
+            yield checked
+            if not going_on:
+                return
+            checked = checker.result()
+
+
+def _load(
+    con: duckdb.DuckDBPyConnection, deriver: Deriver, chunks: Generator[Checked, None, None],
+    chunk_done: Callable[[], object], commit_each: bool = False,
 ) -> None:
-    """Feed ``items`` (up to ``size`` entries) to ``deriver`` one :data:`CHUNK` at a time
-    and insert the rows of each into ``con`` on a thread of its own (:class:`_Inserter`).
-    Each chunk after the first is checked in a worker process meanwhile
-    (:class:`evidence_ledger.index.worker.BatchChecker`).
+    """Feed ``chunks`` to ``deriver`` and insert the rows of each into ``con`` on a thread
+    of its own (:class:`_Inserter`; committing the open transaction after each chunk and
+    beginning another when ``commit_each``).
 
     Raises:
         EvidenceError: at a damaged record (see :meth:`Deriver.feed`).
     """
-    with _Inserter(con) as inserter, BatchChecker() as checker:
-        batches = _batches(items, size)
-        ahead: collections.deque[tuple[list[Record], str | None]] = collections.deque()
-        while True:
-            while len(ahead) <= AHEAD and (batch := next(batches, None)) is not None:
-                if batch[0]:
-                    checker.submit(batch[0])  # checked while earlier batches are derived
-                ahead.append(batch)
-            if not ahead:
-                break
-            records, damage = ahead.popleft()
-            if records:
-                deriver.feed(records, checker.result())
+    with _Inserter(con, commit_each) as inserter, contextlib.closing(chunks):
+        for checked in chunks:
+            if checked.batch is not None:
+                deriver.feed(checked.batch)
                 inserter.put(deriver.take())
                 chunk_done()
-            if damage is not None:
-                raise EvidenceError(damage)
+            if checked.damage is not None:
+                raise EvidenceError(checked.damage)
 
 
 # -- the index file --------------------------------------------------------------------
 
-_SAFE_GLOBALS = {
-    ("evidence_ledger.index.build", "Deriver"), ("collections", "defaultdict"),
-    ("collections", "Counter"),
-    ("collections", "OrderedDict"), ("collections", "deque"), ("builtins", "set"),
-    ("builtins", "frozenset"), ("builtins", "list"), ("builtins", "dict"),
-    ("builtins", "tuple"),
-}
 _PURE_MODULES = frozenset({
     "evidence_ledger.verify.rules", "evidence_ledger.verify.lineage",
     "evidence_ledger.verify.findings", "evidence_ledger.tlog.merkle",
     "evidence_ledger.format.entries", "evidence_ledger.format.digests",
 })
-"""Modules without I/O whose classes the rule engine's state is made of."""
-
-
-class _StateUnpickler(pickle.Unpickler):
-    """Unpickles the deriver's state: builtin containers and classes (never functions) of
-    the pure modules the rules are built from. The state file is not trusted to run
-    code: anything else fails, and the index is rebuilt."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _SAFE_GLOBALS:
-            return super().find_class(module, name)
-        if module in _PURE_MODULES and name.isidentifier():
-            found = super().find_class(module, name)
-            if isinstance(found, type):
-                return found
-        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in index state")
-
-
-def _state_path(target: Path) -> Path:
-    return target.with_name(target.name + ".state")
+"""Modules without I/O whose code the rule engine's state and findings depend on."""
 
 
 def refuse_non_regular(target: Path) -> None:
-    """Refuse an index, WAL or state path that holds a symlink, FIFO, socket, device or
+    """Refuse an index, WAL or side-file path that holds a symlink, FIFO, socket, device or
     directory: DuckDB and the state reader would follow it or block on it for ever.
 
     Raises:
         UsageError: naming the path and what it is.
     """
-    for path in (target, target.with_name(target.name + ".wal"), _state_path(target)):
+    for path in (target, target.with_name(target.name + ".wal"), side_path(target)):
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -459,47 +501,6 @@ def _refuse_foreign(target: Path) -> None:
         )
 
 
-def _load_state(target: Path, size: int, last_hash: str) -> Deriver | None:
-    """The deriver saved beside the index, if it stands at ``size`` / ``last_hash``."""
-    try:
-        with os.fdopen(open_regular(_state_path(target)), "rb") as fh:
-            state = _StateUnpickler(fh).load()
-    except Exception:  # missing or damaged: the index is a cache, rebuild it
-        return None
-    if not _well_formed(state) or state.size != size or digest_text(state.last_hash) != last_hash:
-        return None
-    return state
-
-
-def _well_formed(state: object) -> bool:
-    """True when ``state`` is a :class:`Deriver` whose own fields have the types the
-    update reads (the unpickler admits only our classes, not their shapes)."""
-    fields = getattr(state, "__dict__", {})
-    types = {
-        "engine": rules.RuleEngine, "tree": merkle.CompactRange, "size": int, "offset": int,
-        "last_offset": int, "last_hash": bytes, "_checked": list, "_call_seqs": dict,
-        "_violations": list,
-        "_touched": set, "_findings": int, "_persisted_at": dict, "_executed_at": dict,
-        "_blocks": list,
-    }
-    return (
-        isinstance(state, Deriver) and fields.keys() == types.keys()
-        and all(type(fields[name]) is kind for name, kind in types.items())
-        and len(fields["last_hash"]) == 32
-    )
-
-
-def _save_state(target: Path, deriver: Deriver) -> None:
-    path = _state_path(target)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            pickle.dump(deriver, fh, protocol=5)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise index_failed(exc, path) from exc
-
-
 @functools.cache
 def _fingerprint() -> str:
     """Digest of the code the index rows and the saved state depend on: other code, other
@@ -507,7 +508,8 @@ def _fingerprint() -> str:
     digest = hashlib.sha256(f"index v{INDEX_VERSION}".encode())
     code = _PURE_MODULES | {
         "evidence_ledger.format.encoding", "evidence_ledger.verify.chains",
-        "evidence_ledger.index.check", "evidence_ledger.index.db", __name__,
+        "evidence_ledger.index.check", "evidence_ledger.index.db",
+        "evidence_ledger.index.state", "evidence_ledger.verify.spill", __name__,
     }
     for name in sorted(code):
         module = sys.modules.get(name)
@@ -594,22 +596,70 @@ def _is_duckdb_file(path: Path) -> bool:
         return fh.read(12)[8:12] == b"DUCK"
 
 
-def _connect_fresh(path: Path, owned: bool) -> duckdb.DuckDBPyConnection:
-    """A new, empty index at ``path``. What is there is replaced when it is a DuckDB file,
-    or ``owned`` (the default index in the user's cache: a damaged cache of ours);
-    another file named by ``--index`` is refused, never clobbered."""
-    if not owned:
-        _refuse_foreign(path)
-    try:
-        for stale in (path, path.with_name(path.name + ".wal"), _state_path(path)):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
-        con = duckdb.connect(str(path))
-    except (OSError, duckdb.Error) as exc:
-        raise index_failed(exc, path) from exc
-    for statement in SCHEMA:
-        con.execute(statement)
+def _connect(path: Path) -> duckdb.DuckDBPyConnection:
+    """A connection to the index at ``path`` for an update: DuckDB's buffer pool held to
+    :data:`MEMORY_LIMIT`. Raises duckdb.Error."""
+    con = duckdb.connect(str(path))
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
     return con
+
+
+def side_path(target: Path) -> Path:
+    """``<index>.build``: where a fresh build, or a long catch-up, writes before it is
+    renamed over the index."""
+    return target.with_name(target.name + ".build")
+
+
+def _remove_db(path: Path) -> None:
+    """Delete a DuckDB file and its WAL, if there. Raises OSError."""
+    for stale in (path, path.with_name(path.name + ".wal")):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+
+
+def _connect_side(target: Path, copy: bool) -> duckdb.DuckDBPyConnection:
+    """A connection to the side file of ``target`` (:func:`side_path`): a new, empty
+    index, or a copy of ``target`` (closed, checkpointed) when ``copy``. What a killed
+    build left there is replaced.
+
+    Raises:
+        UsageError, StorageError: see :func:`index_failed`.
+    """
+    side = side_path(target)
+    try:
+        _remove_db(side)
+        if copy:
+            shutil.copyfile(target, side)
+        con = _connect(side)
+        if not copy:
+            for statement in [*SCHEMA, *state_schema()]:
+                con.execute(statement)
+    except (OSError, duckdb.Error) as exc:
+        raise index_failed(exc, side) from exc
+    return con
+
+
+def _put_in_place(target: Path) -> None:
+    """Rename the closed side file over ``target`` once it is on disk (fsync of the file,
+    then of the folder): a crash leaves the old index, or the new one.
+
+    Raises:
+        UsageError, StorageError: see :func:`index_failed`.
+    """
+    side = side_path(target)
+    try:
+        with open(side, "rb+") as fh:
+            os.fsync(fh.fileno())
+        with contextlib.suppress(FileNotFoundError):  # the old index's; never replay it
+            target.with_name(target.name + ".wal").unlink()
+        os.replace(side, target)
+        folder = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError as exc:
+        raise index_failed(exc, target) from exc
 
 
 def _meta(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
@@ -634,12 +684,6 @@ def _same_log(ledger: Ledger, size: int, last_hash: str, last_offset: int) -> bo
     return isinstance(first, Record) and "sha256:" + entry_hash(first.data).hex() == last_hash
 
 
-def _complete(con: duckdb.DuckDBPyConnection | None, size: int) -> bool:
-    """True when the index holds exactly ``size`` entries: an update that stopped midway
-    (killed) has committed chunks past the size its metadata records."""
-    return con is not None and one_row(con, "SELECT count(*) FROM entries") == (size,)
-
-
 def update_index(
     ledger: Ledger,
     path: str | os.PathLike[str] | None = None,
@@ -652,9 +696,16 @@ def update_index(
     Reads only the records past the indexed tree size (complete groups: a writer
     appending meanwhile is seen up to its last acknowledged group). Starts over when the
     index is missing, unreadable, built by other code, or the log no longer holds the
-    last record indexed (rewritten or truncated). Each chunk is committed as it is
-    inserted; the metadata row, written last, says how far the index holds (an update
-    killed midway is rebuilt, not resumed).
+    last record indexed (rewritten or truncated).
+
+    Crash safety: an update that reads up to :data:`SIDE_BYTES` of log is one transaction
+    on the index, committed once the metadata row (how far the index holds) and the
+    deriver's state are written. A fresh build, or a longer catch-up, writes to
+    ``<index>.build`` instead (:func:`side_path`: empty, or a copy of the index),
+    committing each chunk there (DuckDB keeps an open transaction's inserted bytes in
+    memory), and renames it over the index at the end, after an fsync. Killed midway,
+    either leaves the index as it was (or none); the next update starts over from there,
+    deleting a side file left behind.
 
     Args:
         ledger: the ledger to index.
@@ -675,31 +726,40 @@ def update_index(
         con: duckdb.DuckDBPyConnection | None = None
         try:
             with contextlib.suppress(duckdb.Error):
-                con = duckdb.connect(str(target))
+                con = _connect(target) if target.exists() else None
             meta = None if (con is None or rebuild) else _meta(con)
-            if meta is not None and not (
-                _same_log(ledger, meta[2], meta[4], meta[5]) and _complete(con, meta[2])
-            ):
+            if meta is not None and not _same_log(ledger, meta[2], meta[4], meta[5]):
                 meta = None
             deriver: Deriver | None = None
-            items: Iterator[Record | Damage | TornTail] = iter(())
             if meta is not None:
                 assert con is not None
-                items = ledger.store.scan(meta[6], meta[2])
-                first = next(items, None)
+                first = next(iter(ledger.store.scan(meta[6], meta[2])), None)
                 if first is None or isinstance(first, TornTail):
                     return IndexInfo(target, meta[2], base64.b64decode(meta[3]))
-                items = itertools.chain([first], items)
-                deriver = _load_state(target, meta[2], meta[4])
-                if deriver is None:
-                    meta = None
-            if deriver is None:
+                with contextlib.suppress(duckdb.Error):
+                    deriver = Deriver.restored(con)
+                if deriver is None or deriver.size != meta[2] or deriver.offset != meta[6] \
+                        or digest_text(deriver.last_hash) != meta[4]:
+                    deriver = meta = None
+            fresh = deriver is None
+            if fresh and path is not None:
+                _refuse_foreign(target)
+            side = meta is None or ledger.store.path.stat().st_size - meta[6] > SIDE_BYTES
+            if side:
                 if con is not None:
                     con.close()
-                con = _connect_fresh(target, owned=path is None)
-                deriver, items = Deriver(), ledger.store.scan()
+                con = _connect_side(target, copy=not fresh)
+            if deriver is None:
+                deriver = Deriver()
             assert con is not None
-            return _catch_up(con, ledger, deriver, items, meta is None, progress, target)
+            chunks = _log_chunks(ledger, deriver.offset, deriver.size)
+            info = _catch_up(con, ledger, deriver, chunks, fresh, side, progress, target)
+            if side:
+                con.execute("CHECKPOINT")
+                con.close()
+                con = None
+                _put_in_place(target)
+            return info
         except duckdb.Error as exc:  # a statement or commit that did not land
             raise index_failed(exc, target) from exc
         finally:
@@ -725,9 +785,12 @@ class _Inserter:
     """Bulk inserts run on a thread of their own, so DuckDB (which releases the GIL)
     stores and compresses one chunk while the next one is derived.
 
-    Use as a context manager around the loop that calls :meth:`put`, inside a
-    transaction: each chunk is inserted and committed, and a new transaction begun (so
-    memory holds one chunk, not the whole update). The connection must not be used by
+    Use as a context manager around the loop that calls :meth:`put`, inside the
+    update's transaction (committed by the caller once the metadata row is written, or
+    after each chunk when ``commit_each``, in a side file:
+    a killed update leaves the index as it was; DuckDB writes full row groups of the
+    transaction to the file as it goes, but keeps some 260 bytes per row inserted until
+    the commit, measured at 10^6 entries). The connection must not be used by
     anyone else until the block exits. On exit the thread has stopped: it has inserted
     everything put, or stopped at its first error, re-raised here (a DuckDB error as
     :class:`UsageError`). When the block raises (Ctrl-C included), the chunk being
@@ -735,8 +798,9 @@ class _Inserter:
     is re-raised once it has stopped, so the connection is never closed under it.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, commit_each: bool = False) -> None:
         self._con = con
+        self._commit_each = commit_each
         self._queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=2)
         self._error: Exception | None = None
         self._abort = False
@@ -758,8 +822,9 @@ class _Inserter:
                 if self._error is None and not self._abort:
                     try:
                         chunk.insert(self._con)
-                        self._con.execute("COMMIT")
-                        self._con.execute("BEGIN TRANSACTION")
+                        if self._commit_each:
+                            self._con.execute("COMMIT")
+                            self._con.execute("BEGIN TRANSACTION")
                     except Exception as exc:  # re-raised in the caller's thread on exit
                         self._error = exc
         finally:
@@ -798,9 +863,11 @@ class _Inserter:
 
 def _catch_up(
     con: duckdb.DuckDBPyConnection, ledger: Ledger, deriver: Deriver,
-    items: Iterator[Record | Damage | TornTail], fresh: bool, progress: Progress | None,
-    target: Path,
+    chunks: Generator[Checked, None, None], fresh: bool, commit_each: bool,
+    progress: Progress | None, target: Path,
 ) -> IndexInfo:
+    """Read ``chunks`` into ``con`` in one transaction (one per chunk, and one for the
+    rest, when ``commit_each``), ending with the metadata row and the deriver's state."""
     start, first_byte = deriver.size, deriver.offset
     total = ledger.store.path.stat().st_size - first_byte
 
@@ -809,13 +876,7 @@ def _catch_up(
             progress(deriver.size - start, deriver.offset - first_byte, total)
 
     con.execute("BEGIN TRANSACTION")
-    _load(con, deriver, items, None, report)
-    changed = deriver.take_chains()
-    if not fresh and changed.num_rows:
-        con.register("_changed", changed.select(["call_seq"]))
-        con.execute("DELETE FROM call_chains WHERE call_seq IN (SELECT call_seq FROM _changed)")
-        con.unregister("_changed")
-    insert_rows(con, "call_chains", changed)
+    _load(con, deriver, chunks, report, commit_each)
     root = deriver.tree.root()
     con.execute("DELETE FROM ledger_index")
     con.execute(
@@ -823,7 +884,7 @@ def _catch_up(
         [INDEX_VERSION, _fingerprint(), deriver.size, base64.b64encode(root).decode("ascii"),
          digest_text(deriver.last_hash), deriver.last_offset, deriver.offset],
     )
-    _save_state(target, deriver)
+    deriver.save(con, commit_each)
     con.execute("COMMIT")
     report()
     return IndexInfo(target, deriver.size, root, deriver.size - start, fresh)
@@ -838,7 +899,4 @@ def is_current(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> bool:
         size = ledger.store.path.stat().st_size
     except OSError:
         return False
-    return (
-        size == meta[6] and _same_log(ledger, meta[2], meta[4], meta[5])
-        and _complete(con, meta[2])
-    )
+    return size == meta[6] and _same_log(ledger, meta[2], meta[4], meta[5])

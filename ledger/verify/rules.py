@@ -1074,27 +1074,23 @@ class RuleEngine:
             for session_id, state in self._spill.sessions():
                 yield session_id, pickle.loads(state)
 
-    def state_rows(self) -> dict[str, list[tuple[StateValue, ...]]]:
-        """The whole rule state as plain rows: table -> rows, the tables and columns of
-        :data:`STATE_TABLES` (every table present, maybe empty), each row a tuple of
-        ``str`` / ``int`` / ``bytes`` / None, in a canonical order (for storing in tables,
-        e.g. the index's; :meth:`from_state_rows` reads them back). Spilled state is
-        included. Memory: the rows of every call, about as much as the state itself."""
-        rows: dict[str, list[tuple[StateValue, ...]]] = {name: [] for name in STATE_TABLES}
-        calls: list[CallState] = []
-        for run_id, run in sorted(self._all_runs(), key=operator.itemgetter(0)):
-            calls.extend(run.calls.values())
-            for (at, agent, tool), sticky in run.sticky.items():
-                rows["sticky"] += [(run_id, _scope_code(at), agent, tool, d.seq) for d in sticky]
-            rows["approved"] += [(run_id, _scope_code(key[1]), key[2], d.seq)
-                                 for key, d in run.approved.items()]
-            if run.persisted is not None:
-                rows["runs"].append((run_id, *run.persisted))
-            for state in run.states:
-                rows["run_states"].append((state, self._state_parent(state)[1], run_id))
-        rows["runs"].sort(key=operator.itemgetter(1))
-        for call in sorted(calls, key=operator.attrgetter("seq")):
-            run_id, call_id = call.key[0], call.key[2]
+    def _run_rows(self, run_id: str, run: _Run) -> dict[str, list[tuple[StateValue, ...]]]:
+        """The state rows of one run: its ``sticky``, ``approved``, ``runs``,
+        ``run_states``, ``calls`` (by seq), ``call_values`` and ``decisions`` (call by
+        call)."""
+        rows: dict[str, list[tuple[StateValue, ...]]] = {
+            name: [] for name in ("sticky", "approved", "runs", "run_states", "calls",
+                                  "call_values", "decisions")}
+        for (at, agent, tool), sticky in run.sticky.items():
+            rows["sticky"] += [(run_id, _scope_code(at), agent, tool, d.seq) for d in sticky]
+        rows["approved"] += [(run_id, _scope_code(key[1]), key[2], d.seq)
+                             for key, d in run.approved.items()]
+        if run.persisted is not None:
+            rows["runs"].append((run_id, *run.persisted))
+        for state in run.states:
+            rows["run_states"].append((state, self._state_parent(state)[1], run_id))
+        for call in sorted(run.calls.values(), key=operator.attrgetter("seq")):
+            call_id = call.key[2]
             scope = _scope_code(call.key[1])
             rows["calls"].append((
                 run_id, scope, call_id, call.seq, call.time, call.agent, call.tool,
@@ -1108,11 +1104,12 @@ class RuleEngine:
             rows["decisions"] += [
                 (d.seq, run_id, scope, call_id, d.decision, d.args_digest, d.approver, d.time,
                  d.always, _scope_code(d.scope), d.run_state) for d in call.decisions]
-        rows["decisions"].sort(key=operator.itemgetter(0))
-        for session_id, session in sorted(self._all_sessions(), key=operator.itemgetter(0)):
-            rows["sessions"] += [(session_id, *item, count)
-                                 for item, count in session.items.items()]
-            rows["session_runs"] += [(session_id, run_id) for run_id in sorted(session.writers)]
+        return rows
+
+    def _engine_rows(self) -> dict[str, list[tuple[StateValue, ...]]]:
+        """The state rows held outside runs and sessions (bounded by findings, pending
+        session items and notices, not by calls)."""
+        rows: dict[str, list[tuple[StateValue, ...]]] = {}
         rows["unanswered"] = [(session_id, call_id, kind, run_id, seq)
                               for session_id, waiting in sorted(self._unanswered.items())
                               for (call_id, kind, run_id), seq in waiting.items()]
@@ -1123,10 +1120,51 @@ class RuleEngine:
         rows["notices"] = [(notice,) for notice in self.notices]
         rows["counters"] = [("persist_order", self._persist_order),
                             ("context_decisions", self._context_count)]
+        rows["last_run"] = []
         if self._last_run is not None:
             last, time, digest = self._last_run
             rows["last_run"] = [(last[0], _scope_code(last[1]), last[2], time, digest)]
         rows["context_decisions"] = [(seq,) for seq in self._context_first]
+        return rows
+
+    def state_row_batches(self) -> Iterator[tuple[str, list[tuple[StateValue, ...]]]]:
+        """The rows of :meth:`state_rows`, a run or a session at a time: ``(table, rows)``
+        pairs, a table named many times, its rows in no canonical order (a reader sorts
+        what it needs: :meth:`from_state_rows` wants ``decisions`` and ``calls`` by seq
+        within a run, and they are). Memory: one run's rows at a time; spilled runs and
+        sessions are read back one by one.
+        """
+        for run_id, run in self._all_runs():
+            yield from self._run_rows(run_id, run).items()
+        for session_id, session in self._all_sessions():
+            yield "sessions", [(session_id, *item, count)
+                               for item, count in session.items.items()]
+            yield "session_runs", [(session_id, run_id) for run_id in sorted(session.writers)]
+        yield from self._engine_rows().items()
+
+    def state_rows(self) -> dict[str, list[tuple[StateValue, ...]]]:
+        """The whole rule state as plain rows: table -> rows, the tables and columns of
+        :data:`STATE_TABLES` (every table present, maybe empty), each row a tuple of
+        ``str`` / ``int`` / ``bytes`` / None, in a canonical order (for storing in tables,
+        e.g. the index's; :meth:`from_state_rows` reads them back). Spilled state is
+        included. Memory: the rows of every call, about as much as the state itself
+        (:meth:`state_row_batches` streams them)."""
+        rows: dict[str, list[tuple[StateValue, ...]]] = {name: [] for name in STATE_TABLES}
+        for _, run_rows in sorted(((run_id, self._run_rows(run_id, run))
+                                   for run_id, run in self._all_runs()),
+                                  key=operator.itemgetter(0)):
+            for name, held in run_rows.items():
+                rows[name] += held
+        rows["runs"].sort(key=operator.itemgetter(1))
+        rows["calls"].sort(key=operator.itemgetter(3))
+        call_seqs: dict[tuple[StateValue, ...], Any] = {row[:3]: row[3] for row in rows["calls"]}
+        rows["call_values"].sort(key=lambda row: call_seqs[row[:3]])  # stable: field order
+        rows["decisions"].sort(key=operator.itemgetter(0))
+        for session_id, session in sorted(self._all_sessions(), key=operator.itemgetter(0)):
+            rows["sessions"] += [(session_id, *item, count)
+                                 for item, count in session.items.items()]
+            rows["session_runs"] += [(session_id, run_id) for run_id in sorted(session.writers)]
+        rows.update(self._engine_rows())
         return rows
 
     @classmethod
@@ -1145,7 +1183,32 @@ class RuleEngine:
         Raises:
             ValueError, KeyError, TypeError: rows that :meth:`state_rows` did not make.
         """
+        return cls.from_state_parts([tables], spill, live_limit)
+
+    @classmethod
+    def from_state_parts(
+        cls, parts: Iterable[Mapping[str, Iterable[Sequence[StateValue]]]],
+        spill: Spill | None = None, live_limit: int = LIVE_LIMIT,
+    ) -> RuleEngine:
+        """As :meth:`from_state_rows`, from the rows split into parts by run: each run's
+        rows (in the tables with a ``run_id`` column) all in one part, each table outside
+        runs whole in one part. With a ``spill``, runs and sessions past ``live_limit``
+        are retired after each part: memory is one part's rows and state beyond the
+        limit, not the whole state.
+
+        Raises:
+            ValueError, KeyError, TypeError: rows that :meth:`state_rows` did not make.
+        """
         engine = cls(spill, live_limit)
+        for tables in parts:
+            engine._load_rows(tables)
+            if spill is not None:
+                engine._settle()
+        return engine
+
+    def _load_rows(self, tables: Mapping[str, Iterable[Sequence[StateValue]]]) -> None:
+        """Add the state in ``tables`` (see :meth:`from_state_parts`)."""
+        engine = self
 
         def table(name: str) -> Iterable[Sequence[Any]]:
             return tables.get(name, ())
@@ -1201,19 +1264,18 @@ class RuleEngine:
         for session_id, call_id, kind, run_id, seq in table("unanswered"):
             engine._unanswered.setdefault(session_id, {})[call_id, kind, run_id] = seq
             engine._pending_of(run_id).add((session_id, call_id, kind))
-        engine._foreign = {(run_id, call_id) for run_id, call_id in table("foreign")}
-        engine.findings = [
+        engine._foreign.update((run_id, call_id) for run_id, call_id in table("foreign"))
+        engine.findings += [
             Finding(rule, seq, detail, run_id, _scope_of(scope), call_id,
                     None if expected is None else (expected, got))
             for rule, seq, detail, run_id, scope, call_id, expected, got in table("findings")]
-        engine.notices = [notice for notice, in table("notices")]
+        engine.notices += [notice for notice, in table("notices")]
         counters: dict[str, int] = {name: value for name, value in table("counters")}
-        engine._persist_order = counters.get("persist_order", 0)
-        engine._context_count = counters.get("context_decisions", 0)
-        engine._context_first = [seq for seq, in table("context_decisions")]
+        engine._persist_order = counters.get("persist_order", engine._persist_order)
+        engine._context_count = counters.get("context_decisions", engine._context_count)
+        engine._context_first += [seq for seq, in table("context_decisions")]
         for run_id, scope, call_id, time, digest in table("last_run"):
             engine._last_run = ((run_id, _scope_of(scope), call_id), time, digest)
-        return engine
 
 
 def _bare(items: Sequence[T]) -> T | tuple[T, ...] | None:
