@@ -247,7 +247,7 @@ def inclusion_command(
     in tree/root.json (extended by any entries appended since) and the latest stored
     checkpoint (its signature verified with --verifier-key, else said to be unchecked). A
     cache that fails the check is rebuilt from the log (one notice line); a log that no
-    longer gives a root it gave before is refused (exit 1). See FORMAT.md "The tree cache".
+    longer gives a root it gave before is refused (exit 1). See FORMAT.md, "Ledger directory".
     """
     proof = _proofs(ledger, verifier_key).inclusion_proof(seq, tree_size)
     _print(proof.to_json(), as_json)

@@ -135,7 +135,7 @@ def test_appended_entries_extend_the_recorded_root(tmp_path):
     when = _when(recorded["recorded_ns"])
     assert doc["checked_against"] == [
         f"root recorded in tree/root.json (tree size 300, {when}) and 40 entries read from "
-        "log.bin since; recorded in tree/root.json"]
+        "log.bin since; the new root recorded"]
     leaves = _leaves(book)
     assert base64.b64decode(doc["root"]) == naive_mth(leaves)
     assert _root_doc(book)["size"] == 340 and _root_doc(book)["peaks"] != recorded["peaks"]
@@ -287,3 +287,17 @@ def test_a_repeated_library_call_reuses_the_loaded_tree(tmp_path, monkeypatch):
     assert calls == []
     _grow(book, 1, start=300)  # the log grew: the next proof loads again
     assert handle.inclusion_proof(300).tree_size == 301 and calls == ["root", "update"]
+
+
+def test_a_bad_verifier_key_is_one_line_on_stderr(tmp_path):
+    """Once: the usage error was followed by "Exception ignored in CheckedProofs.__del__"
+    and a traceback (the key was parsed before the object had its files' attribute)."""
+    book = _grow(tmp_path / "l", 20)
+    for key in ("garbage", "other.example/x+12345678+AQID"):
+        done = subprocess.run(
+            [sys.executable, "-m", "evidence_ledger.cli.main", "inclusion", "--ledger",
+             str(book), "--seq", "3", "--verifier-key", key],
+            capture_output=True, text=True, check=False, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith("evidence-ledger: error: "), done.stderr

@@ -49,7 +49,7 @@ class LedgerProofs:
     ``log.bin`` recorded in ``tree/root.json`` and the latest stored checkpoint (its
     signature verified with ``verifier_keys`` when given), with the leaf hash recomputed
     from the entry's bytes in ``log.bin``; a cache that fails is rebuilt from the log
-    (``notice`` is told). See FORMAT.md "The tree cache".
+    (``notice`` is told). See FORMAT.md, "Ledger directory".
 
     One object serves many proofs: it keeps the loaded tree and the checked roots, and
     checks before each proof, with one ``stat``, whether ``log.bin`` grew.

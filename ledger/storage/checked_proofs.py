@@ -95,6 +95,7 @@ class CheckedProofs:
 
     def __init__(self, ledger: Ledger | str | os.PathLike[str] | None,
                  verifier_keys: Sequence[str] = (), notice: Notice | None = None) -> None:
+        self._fds: tuple[int, int] | None = None  # log.bin, offsets.bin (first: __del__)
         self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
         self.store = TreeStore(self.ledger)
         self.verifiers = [Verifier.from_vkey(k) for k in verifier_keys]
@@ -106,7 +107,6 @@ class CheckedProofs:
         self._checked: tuple[str, ...] = ()
         self._checkpoint: Checkpoint | None = None
         self._prover: Prover | None = None
-        self._fds: tuple[int, int] | None = None  # log.bin, offsets.bin
         self._verified: dict[int, VerifiedNodes] = {}  # by tree size, against _roots
         self._proven: dict[tuple[int, int], InclusionProof] = {}  # (seq, size) -> checked
         self._consistent: dict[tuple[int, int], ConsistencyProof] = {}  # (size1, size2)
@@ -417,10 +417,13 @@ def _anchor_phrase(base: RecordedRoot | None, anchor: RecordedRoot, why: str | N
     else:
         said = f"root recorded in {_WHERE} (tree size {base.size}, {_when(base.recorded_ns)})"
         if anchor.size != base.size:
-            said += f" and {anchor.size - base.size} entries read from log.bin since"
+            added = anchor.size - base.size
+            said += f" and {added} {'entry' if added == 1 else 'entries'} read from log.bin since"
     if why is None or anchor is base:
         return said
-    return said + (f"; recorded in {_WHERE}" if not why else f"; not recorded ({why})")
+    if why:
+        return said + f"; not recorded ({why})"
+    return said + (f"; recorded in {_WHERE}" if base is None else "; the new root recorded")
 
 
 def _parse(stored: StoredCheckpoint) -> Checkpoint:
