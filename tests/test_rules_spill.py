@@ -158,3 +158,24 @@ def test_verify_keeps_only_the_open_runs_calls_in_memory():
     first = next(iter(report.calls.values()))
     assert (first.key, first.seq, len(first.executions), len(first.persisted)) == (
         ("run-000000~0", (), "call_000000000~0"), 0, 1, 1)
+
+
+def test_a_spilled_report_is_read_in_another_thread(tmp_path):
+    """Once: the HTML report read a demo's calls in another thread than the one that
+    verified, and SQLite refused the spill's connection there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ingest(tmp_path / "l")
+    spill = Spill()
+    with ThreadPoolExecutor(1) as thread:
+        engine = thread.submit(_fed, RuleEngine(spill, live_limit=0), tmp_path / "l").result()
+    assert spill.call_count() > 0 and list(engine.calls) == sorted(
+        engine.calls, key=lambda key: engine.calls[key].seq)
+
+
+def _fed(engine: RuleEngine, directory: Path) -> RuleEngine:
+    for record in Ledger(directory).scan():
+        if isinstance(record, Record):
+            engine.feed(decode_entry(record.data))
+    engine.closing_notices()
+    return engine

@@ -44,7 +44,9 @@ class Spill:
     """
 
     def __init__(self) -> None:
-        self._db = sqlite3.connect("", isolation_level=None)
+        # A verify report (which reads spilled calls back) may be read in another thread
+        # than the one that verified, one at a time; Python's sqlite3 is built serialized.
+        self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
         self._db.executescript(
             f"PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-{CACHE_KIB};"
             + _SCHEMA)
