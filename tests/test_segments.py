@@ -4,9 +4,11 @@ segment that is not a regular file, and a lost or damaged location map."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -208,3 +210,49 @@ def test_a_format_file_naming_an_unknown_version_is_refused(tmp_path: Path) -> N
     (tmp_path / "format").write_text("7\n")
     result = run_cli("verify", "--ledger", str(tmp_path))
     assert result.code == 1 and "names no format version this program reads" in result.err
+
+
+def test_a_map_missing_a_row_is_rebuilt_not_trusted(tmp_path: Path) -> None:
+    digest = _recorded(tmp_path)
+    with contextlib.closing(sqlite3.connect(tmp_path / "payloads" / "locations.sqlite")) as db:
+        db.execute("DELETE FROM loc WHERE digest = ?", (digest,))
+        db.commit()
+    code, report = _verify(tmp_path)
+    assert code == 0, report["violations"]
+    shown = run_cli("show", digest.hex(), "--ledger", str(tmp_path))
+    assert shown.code == 0 and "hunter2" in shown.out and "lost" not in shown.out, shown.out
+
+
+@pytest.mark.parametrize("companion", ["", "-wal", "-shm", "-journal"])
+def test_a_map_that_is_a_symbolic_link_is_never_followed(tmp_path: Path, companion: str) -> None:
+    book = tmp_path / "l"
+    _recorded(book)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        (book / "payloads" / f"locations.sqlite{suffix}").unlink(missing_ok=True)
+    absent, existing = tmp_path / "created-outside", tmp_path / "existing-outside"
+    existing.write_bytes(b"not yours")
+    (book / "payloads" / f"locations.sqlite{companion}").symlink_to(absent)
+    (book / "payloads" / "locations.sqlite-x").symlink_to(existing)  # not a companion: left
+    if companion:
+        (book / "payloads" / "locations.sqlite").symlink_to(existing)
+    code, report = _verify(book)
+    assert code == 0, report["violations"]
+    assert not absent.exists() and existing.read_bytes() == b"not yours"
+    assert not (book / "payloads" / f"locations.sqlite{companion}").is_symlink()
+
+
+def test_a_redaction_refuses_when_a_damaged_header_may_hide_the_payload(tmp_path: Path) -> None:
+    digest = _recorded(tmp_path)
+    with open(_segment(tmp_path), "r+b") as fh:
+        fh.seek(segments.HEADER_SIZE - 1)  # the first record's (the secret's) CRC-32
+        byte = fh.read(1)
+        fh.seek(segments.HEADER_SIZE - 1)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    (tmp_path / "payloads" / "locations.sqlite").unlink()
+    size = (tmp_path / "log.bin").stat().st_size
+    done = run_cli("redact", "--ledger", str(tmp_path), "--digest", "sha256:" + digest.hex(),
+                   "--reason", "erasure")
+    assert done.code == 1, (done.out, done.err)
+    assert "00000001.seg is damaged at byte 0" in done.err and "run verify" in done.err
+    assert len(done.err.strip().splitlines()) == 1
+    assert (tmp_path / "log.bin").stat().st_size == size  # no redaction entry

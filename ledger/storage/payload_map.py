@@ -1,11 +1,16 @@
 """The derived location map of a segment ledger: payload digest -> (segment, offset, length,
 state) of every copy, in an SQLite file (``payloads/locations.sqlite``, WAL journal,
 ``synchronous=NORMAL``: a crash may lose its latest changes, never its consistency), with
-a high-water mark: every record before ``(segment, offset)`` has been read into it.
+a high-water mark: every record before ``(segment, offset)`` has been read into it, and the
+number of rows it has added (less those it dropped): a map whose row count differs (a row
+deleted behind its back) is emptied on open, and its store reads every segment again.
 
 It is derived from the segments alone and never trusted further than they are: a map that
-cannot be opened or read is deleted and built again; one the segments contradict is
-rebuilt by its store (:mod:`evidence_ledger.storage.segment_store`). Memory: SQLite's page
+cannot be opened or read is deleted and built again, as is one whose file or a
+companion (``-wal``, ``-shm``, ``-journal``) is not a regular file with one link (a
+symbolic link, a FIFO, a folder, a hard link: SQLite would follow it out of the
+ledger); one the segments contradict is rebuilt by its store
+(:mod:`evidence_ledger.storage.segment_store`). Memory: SQLite's page
 cache (a few MiB), whatever the number of payloads. Where the file cannot be written (a
 read-only ledger), the map is a private temporary database that SQLite deletes on close.
 """
@@ -15,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 MAP_NAME = "locations.sqlite"
-_SCHEMA = 1
+_SCHEMA = 2
+_COMPANIONS = ("", "-wal", "-shm", "-journal")
 Location = tuple[int, int, int, int]
 """(segment number, record offset in bytes, payload length in bytes, state)."""
 
@@ -28,8 +35,8 @@ _DDL = (
     "offset INTEGER NOT NULL, length INTEGER NOT NULL, state INTEGER NOT NULL, "
     "PRIMARY KEY (digest, segment, offset)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS mark (id INTEGER PRIMARY KEY CHECK (id = 0), "
-    "segment INTEGER NOT NULL, offset INTEGER NOT NULL)",
-    "INSERT OR IGNORE INTO mark VALUES (0, 1, 0)",
+    "segment INTEGER NOT NULL, offset INTEGER NOT NULL, records INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO mark VALUES (0, 1, 0, 0)",
 )
 
 
@@ -46,7 +53,7 @@ class PayloadMap:
         self._db = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
-        if self.path is None:
+        if self.path is None or not self._only_regular_files():
             return self._open("")
         try:
             return self._open(str(self.path))
@@ -74,6 +81,10 @@ class PayloadMap:
             for statement in _DDL:
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {_SCHEMA}")
+            counted = db.execute("SELECT count(*) FROM loc").fetchone()[0]
+            if db.execute("SELECT records FROM mark").fetchone()[0] != counted:
+                db.execute("DELETE FROM loc")  # rows lost: read every segment again
+                db.execute("UPDATE mark SET segment = 1, offset = 0, records = 0")
             db.execute("COMMIT")
             db.execute("SELECT count(*) FROM mark").fetchone()
         except BaseException:
@@ -81,10 +92,32 @@ class PayloadMap:
             raise
         return db
 
+    def _only_regular_files(self) -> bool:
+        """Remove the map's files that are not regular files with one link (derived data);
+        False when one cannot be removed (the map is then a private one)."""
+        for suffix in _COMPANIONS:
+            name = f"{self.path}{suffix}"
+            try:
+                info = os.lstat(name)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+            if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+                continue
+            try:
+                if stat.S_ISDIR(info.st_mode):
+                    os.rmdir(name)
+                else:
+                    os.unlink(name)
+            except OSError:
+                return False
+        return True
+
     def _remove_files(self) -> None:
         if self.path is None:
             return
-        for suffix in ("", "-wal", "-shm", "-journal"):
+        for suffix in _COMPANIONS:
             with contextlib.suppress(OSError):
                 os.unlink(f"{self.path}{suffix}")
 
@@ -113,7 +146,9 @@ class PayloadMap:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
+            before = db.total_changes
             db.executemany("INSERT OR IGNORE INTO loc VALUES (?, ?, ?, ?, ?)", rows)
+            db.execute("UPDATE mark SET records = records + ?", (db.total_changes - before,))
             db.execute("UPDATE mark SET segment = ?, offset = ? WHERE (segment, offset) < (?, ?)",
                        (*mark, *mark))
             db.execute("COMMIT")
@@ -146,7 +181,16 @@ class PayloadMap:
 
     def drop(self, digest: bytes) -> None:
         """Forget every copy of ``digest`` (erased)."""
-        self._db.execute("DELETE FROM loc WHERE digest = ?", (digest,))
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            dropped = db.execute("DELETE FROM loc WHERE digest = ?", (digest,)).rowcount
+            db.execute("UPDATE mark SET records = records - ?", (dropped,))
+            db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
 
     def after(self, digest: bytes, limit: int) -> list[bytes]:
         """Up to ``limit`` digests of known copies greater than ``digest``, in order (to page

@@ -613,7 +613,9 @@ class SegmentStore:
         systems, backups.)
 
         Raises:
-            StorageError: if a copy cannot be marked, overwritten or synced.
+            StorageError: if a copy cannot be marked, overwritten or synced; or if none is
+                found while a segment is damaged or cannot be read (a copy may be hidden
+                there: nothing can vouch that it is gone).
         """
         with self._lock:
             self._held.pop(digest, None)
@@ -624,7 +626,13 @@ class SegmentStore:
             except (OSError, sqlite3.Error) as exc:
                 raise StorageError(f"cannot overwrite payload sha256:{digest.hex()}: "
                                    f"{exc}") from exc
-        return self._legacy.scrub(digest) or done
+        if self._legacy.scrub(digest) or done:
+            return True
+        hidden = self.notices()
+        if hidden:
+            raise StorageError(f"cannot tell whether payload sha256:{digest.hex()} is gone: "
+                               f"{hidden[0]} (run verify)")
+        return False
 
     def remove(self, digest: bytes) -> bool:
         """Mark every copy of ``digest`` erased (its state byte, synced) and drop it from the
