@@ -379,7 +379,8 @@ def migrate(
         output.print_json({
             "ledger": str(done.directory), "from_version": done.from_version,
             "to_version": done.to_version, "changed": done.changed, "copied": done.copied,
-            "reused": done.reused, "erased": done.erased, "removed": done.removed})
+            "reused": done.reused, "erased": done.erased, "kept": done.kept,
+            "removed": done.removed})
         return
     if not done.changed:
         text = f"{done.directory} is already in format version {done.to_version}: nothing to do"
@@ -391,6 +392,8 @@ def migrate(
                 f"{done.copied} payload file(s) copied into segments"
                 + (f", {done.reused} found there already" if done.reused else "")
                 + (f", {done.erased} redacted since erased there" if done.erased else "")
+                + (f", {done.kept} already in segments with no file and no redaction kept "
+                   "(a version-2 writer stored them)" if done.kept else "")
                 + "; log.bin and checkpoints unchanged")
     output.stdout.print(text, markup=False, highlight=False)
 

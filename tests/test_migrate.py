@@ -78,7 +78,7 @@ def test_the_fixture_migrates_and_verifies_again_with_the_same_root(book: Path) 
     assert done.code == 0, done.err
     assert json.loads(done.out) == {
         "ledger": str(book), "from_version": 1, "to_version": 2, "changed": True,
-        "copied": 12, "reused": 0, "erased": 0, "removed": 12}
+        "copied": 12, "reused": 0, "erased": 0, "kept": 0, "removed": 12}
     assert (book / "format").read_text() == "2\n"
     assert _files(book) == before  # log.bin and every checkpoint byte-identical
     assert _checkpoint_hashes(book) == CHECKPOINTS
@@ -221,3 +221,27 @@ def test_a_payload_redacted_after_a_migration_was_cut_short_is_never_brought_bac
     assert run_cli("verify", "--ledger", str(grown)).code == 0
     shown = run_cli("show", digest, "--ledger", str(grown))
     assert shown.code == 0 and "redacted" in shown.out
+
+
+@pytest.mark.parametrize("claim", ["1\n", None])
+def test_a_version_2_ledger_whose_format_file_says_1_or_is_gone_keeps_every_payload(
+        book: Path, claim: str | None) -> None:
+    payloads = stored_payloads(book)
+    assert run_cli("migrate", "--ledger", str(book), "--to", "2").code == 0
+    assert SECRET.encode() not in _segment_bytes(book)  # redacted in the fixture
+    if claim is None:
+        (book / "format").unlink()
+    else:
+        (book / "format").write_text(claim)
+    again = run_cli("migrate", "--ledger", str(book), "--to", "2", "--json")
+    assert again.code == 0, again.err
+    done = json.loads(again.out)
+    assert (done["from_version"], done["erased"], done["kept"]) == (1, 0, 12)
+    assert (book / "format").read_text() == "2\n"
+    assert stored_payloads(book) == payloads
+    assert all(data in _segment_bytes(book) for data in payloads.values())
+    assert run_cli("verify", "--ledger", str(book)).code == 0
+    (book / "format").write_text("1\n")
+    text = run_cli("migrate", "--ledger", str(book), "--to", "2")
+    assert text.code == 0 and ", 12 already in segments with no file and no redaction kept " \
+        "(a version-2 writer stored them);" in text.out

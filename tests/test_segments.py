@@ -148,13 +148,40 @@ def test_a_torn_segment_tail_is_ignored_by_readers_and_cut_back_by_the_next_writ
             "header-only": record[:segments.HEADER_SIZE]}[tail]
     with open(segment, "ab") as fh:  # a crash cut an append short: never acknowledged
         fh.write(torn)
-    assert _verify(tmp_path)[0] == 0
+    code, report = _verify(tmp_path)
+    assert code == 0 and any(f"00000001.seg: records stop being readable at byte {size}: "
+                             in n for n in report["notices"]), report["notices"]
     writer = EvidenceWriter(Ledger(tmp_path))
     writer.call(run_id="r", call_id="late", agent="a", tool="t", arguments='{"late": 1}')
     added = segments.HEADER_SIZE + len(b'{"late": 1}')
     assert segment.stat().st_size == size + added  # cut back, then appended
+    (kept,) = (tmp_path / "torn").iterdir()  # the cut bytes, kept
+    assert kept.name.startswith(f"seg-00000001-{size:012d}-") and kept.read_bytes() == torn
     assert Ledger(tmp_path).payloads.get(hashlib.sha256(b'{"late": 1}').digest())
     assert _verify(tmp_path)[0] == 0
+
+
+def test_a_header_edited_to_claim_2_62_bytes_costs_no_payload_its_tail_is_kept(
+        tmp_path: Path) -> None:
+    _recorded(tmp_path, calls=12)
+    segment = _segment(tmp_path)
+    before = segment.read_bytes()
+    payloads = stored_payloads(tmp_path)
+    first = segments.parse_header(before[:segments.HEADER_SIZE], 0)
+    assert first is not None and len(payloads) == 24
+    with open(segment, "r+b") as fh:  # length 2^62, CRC recomputed: reads as a torn tail
+        fh.write(segments.header(first.digest, 1 << 62))
+    _, report = _verify(tmp_path)
+    assert any("00000001.seg: records stop being readable at byte 0: a record runs past "
+               "the end of the file" in n for n in report["notices"]), report["notices"]
+    EvidenceWriter(Ledger(tmp_path)).call(run_id="r", call_id="late", agent="a", tool="t",
+                                          arguments='{"late": 1}')  # the next writer
+    (kept,) = (tmp_path / "torn").iterdir()
+    assert kept.name.startswith("seg-00000001-000000000000-")
+    assert kept.read_bytes()[segments.HEADER_SIZE:] == before[segments.HEADER_SIZE:]
+    assert all(data in kept.read_bytes() for data in payloads.values())  # nothing dropped
+    code, report = _verify(tmp_path)
+    assert code == 1 and report["violations"]  # the payloads cut are reported, not hidden
 
 
 def test_a_damaged_record_header_stops_appends_to_its_segment(tmp_path: Path) -> None:

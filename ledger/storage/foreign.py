@@ -36,7 +36,7 @@ _INDEX = "index.duckdb"  # and index.duckdb.wal, .lock, .state, .tmp
 _SHARD = re.compile(r"[0-9a-f]{2}")
 _PAYLOAD = re.compile(r"([0-9a-f]{2})[0-9a-f]{62}(\.\d+\.tmp|\.erasing)?")
 _SPOOL = re.compile(r"\.\d+-\d+\.tmp")
-_TORN = re.compile(r"\d{12}-\d+\.bin")
+_TORN = re.compile(r"(?:seg-\d{8}-)?\d{12}-\d+\.bin")  # log.bin's tails; a segment's
 _FORMAT_TMP = re.compile(r"\.format\.\d+\.tmp")
 _MAP_FILES = frozenset(MAP_NAME + suffix for suffix in ("", "-wal", "-shm", "-journal"))
 

@@ -15,6 +15,8 @@ from typing import BinaryIO
 
 from evidence_ledger.format.errors import LockTimeout, StorageError
 
+_TAIL_CHUNK = 1 << 20  # bytes of a cut tail copied at a time
+
 
 def close_fd(fd: int) -> None:
     """Close the descriptor ``fd``, ignoring an error close reports (EIO, EINTR).
@@ -163,3 +165,29 @@ def file_lock(
         with contextlib.suppress(OSError):  # released even if the close below fails
             fcntl.flock(fd, fcntl.LOCK_UN)
         close_fd(fd)
+
+
+def keep_tail(fd: int, offset: int, folder: Path, name: str) -> Path:
+    """Copy the bytes of the open file ``fd`` from byte ``offset`` to its end into
+    ``folder/name`` (1 MiB at a time, whatever their size; runs of zeros left as holes of a
+    sparse file), made durable (the file and ``folder`` synced) before the caller cuts them
+    off: a tail cut back is kept, never dropped. Returns the path written.
+
+    Raises:
+        OSError: if the bytes cannot be read, written or synced.
+    """
+    folder.mkdir(exist_ok=True)
+    target = folder / name
+    with open(target, "wb") as dst:
+        at = offset
+        while chunk := os.pread(fd, _TAIL_CHUNK, at):
+            at += len(chunk)
+            if chunk.count(0) == len(chunk):  # zeros: left a hole, read back as zeros
+                dst.seek(len(chunk), os.SEEK_CUR)
+            else:
+                dst.write(chunk)
+        dst.truncate()  # the size, holes at the end included
+        dst.flush()
+        os.fsync(dst.fileno())
+    fsync_path(folder)
+    return target

@@ -27,6 +27,7 @@ from evidence_ledger.storage.fsutil import (
     close_fd,
     file_lock,
     fsync_path,
+    keep_tail,
     open_regular,
     problem,
     reading,
@@ -34,7 +35,6 @@ from evidence_ledger.storage.fsutil import (
 from evidence_ledger.storage.ledger_format import FORMAT_NAME, write_format
 
 LOG_NAME = "log.bin"
-_COPY_CHUNK = 1 << 20  # bytes of a torn tail copied at a time
 LOCK_NAME = "writer.lock"
 TORN_DIR = "torn"
 
@@ -158,22 +158,10 @@ class FileLogStore:
         Raises:
             StorageError: if the bytes cannot be saved or the log cannot be truncated.
         """
-        torn_dir = self.directory / TORN_DIR
-        target = torn_dir / f"{tail.offset:012d}-{time.time_ns()}.bin"
         try:
-            torn_dir.mkdir(exist_ok=True)
-            with open(self.path, "rb") as src, open(target, "wb") as dst:
-                src.seek(tail.offset)
-                while chunk := src.read(_COPY_CHUNK):
-                    if chunk.count(0) == len(chunk):  # zeros: left a hole, read back as zeros
-                        dst.seek(len(chunk), os.SEEK_CUR)
-                    else:
-                        dst.write(chunk)
-                dst.truncate()  # the size, holes at the end included
-                dst.flush()
-                os.fsync(dst.fileno())
-            fsync_path(torn_dir)
             with open(self.path, "r+b") as log:
+                target = keep_tail(log.fileno(), tail.offset, self.directory / TORN_DIR,
+                                   f"{tail.offset:012d}-{time.time_ns()}.bin")
                 log.truncate(tail.offset)
                 os.fsync(log.fileno())
         except OSError as exc:

@@ -8,8 +8,11 @@ loss) and finished by running it again:
 1. *copy*: every payload file is read, checked against its name (SHA-256) and appended to
    the segments (synced every 16 files or 8 MiB); payloads already there (from a run cut
    short) are not copied again. The ledger is still version 1: readers use the files.
-   Then every payload in the segments without a file (erased by a redaction since a
-   run cut short) is erased there too: a redacted payload is never brought back.
+   Then every payload in the segments without a file that a ``redaction`` entry of
+   ``log.bin`` names (redacted since a run cut short) is erased there too: a redacted
+   payload is never brought back. One with neither a file nor a redaction entry is kept
+   (a version-2 writer stored it: a ``format`` file edited or lost); nothing is ever erased
+   without a redaction entry.
 2. *commit*: the ``format`` file says 2 (written atomically, synced): from now on readers
    use the segments.
 3. *clean up*: the payload files are removed (a version-2 ledger reads none; a redaction
@@ -52,8 +55,10 @@ class Migration:
         to_version: its format version now.
         copied: payload files copied into segments now.
         reused: payload files found in the segments already (a run cut short copied them).
-        erased: payloads erased from the segments because their file was gone (redacted
-            since a run cut short).
+        erased: payloads erased from the segments because their file was gone and a
+            ``redaction`` entry names them (redacted since a run cut short).
+        kept: payloads in the segments with neither a file nor a ``redaction`` entry, kept
+            (a version-2 writer stored them).
         removed: payload files removed.
     """
 
@@ -63,6 +68,7 @@ class Migration:
     copied: int
     reused: int
     erased: int
+    kept: int
     removed: int
 
     @property
@@ -147,21 +153,38 @@ def _copy(target: SegmentStore, legacy: PayloadStore, total: int,
     return copied, reused
 
 
-def _erase_orphans(target: SegmentStore, legacy: PayloadStore, total: int,
-                   progress: Progress) -> int:
-    """Erase every payload in the segments that has no file (a redaction removed it after
-    a run cut short copied it)."""
-    erased = 0
+def _redacted(ledger: Ledger) -> set[bytes]:
+    """Digests the ``redaction`` entries of ``log.bin`` name, read up to its first damaged
+    record or torn tail (memory: one digest per redaction entry; fewer found erases less)."""
+    found: set[bytes] = set()
+    try:
+        for entry, _ in ledger.entries():
+            if entry.kind == "redaction":
+                found.add(entry.body["digest"])
+    except EvidenceError:
+        pass  # damage: only the redactions before it count
+    return found
+
+
+def _erase_orphans(target: SegmentStore, legacy: PayloadStore, redacted: set[bytes],
+                   total: int, progress: Progress) -> tuple[int, int]:
+    """Erase every payload in the segments that has no file and that a ``redaction`` entry
+    names (redacted after a run cut short copied it); keep one that no redaction names.
+    Returns ``(erased, kept)``."""
+    erased = kept = 0
     orphans = []
     for seen, digest in enumerate(target.stored(), 1):
         if not os.path.lexists(legacy.describe(digest)):
-            orphans.append(digest)  # erased below: not while the map is paged through
+            if digest in redacted:
+                orphans.append(digest)  # erased below: not while the map is paged through
+            else:
+                kept += 1
         progress("check", seen, total)
     for digest in orphans:
         target.scrub(digest)
         target.remove(digest)
         erased += 1
-    return erased
+    return erased, kept
 
 
 def _clean(legacy: PayloadStore, total: int, progress: Progress) -> int:
@@ -225,12 +248,13 @@ def migrate(directory: str | os.PathLike[str] | None, to: int = CURRENT, *,
         version = read_format(ledger.directory)
         legacy = PayloadStore(ledger.directory)
         total = _count(legacy)
-        copied = reused = erased = 0
+        copied = reused = erased = kept = 0
         if version == 1:
             target = SegmentStore(ledger.directory)
             try:
                 copied, reused = _copy(target, legacy, total, report)
-                erased = _erase_orphans(target, legacy, total, report)
+                erased, kept = _erase_orphans(target, legacy, _redacted(ledger), total,
+                                              report)
             except OSError as exc:
                 raise StorageError(f"cannot migrate: {exc}") from exc
             finally:
@@ -241,5 +265,6 @@ def migrate(directory: str | os.PathLike[str] | None, to: int = CURRENT, *,
             removed = _clean(legacy, total, report)
         except OSError as exc:
             raise StorageError(f"cannot remove payload files: {exc}") from exc
-    return Migration(ledger.directory, version, CURRENT, copied, reused, erased, removed)
+    return Migration(ledger.directory, version, CURRENT, copied, reused, erased, kept,
+                     removed)
 

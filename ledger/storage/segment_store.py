@@ -14,7 +14,9 @@ folder, every :data:`~evidence_ledger.storage.segments.SEGMENT_BYTES`).
 
 Before writing, the writer catches up with what the map lacks (records another process
 appended, read and re-hashed, synced, added) and cuts back a torn tail (an incomplete record
-a crash left: never acknowledged). Readers catch up the same way, without cutting anything:
+a crash left: never acknowledged), its bytes first kept in the ledger's ``torn/`` folder, as
+``log.bin``'s are: a header edited to claim more bytes than follow it looks the same, and
+nothing is ever dropped. Readers catch up the same way, without cutting anything:
 they stop before an incomplete record. A record whose bytes do not hash to its digest is
 never put in the map (it may be one a crash cut short), so nothing is ever deduplicated
 against it. A map that names a record the segment does not hold there is rebuilt from the
@@ -34,6 +36,7 @@ import os
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -45,9 +48,11 @@ from evidence_ledger.storage.fsutil import (
     NotRegularFileError,
     close_fd,
     fsync_path,
+    keep_tail,
     open_regular,
     problem,
 )
+from evidence_ledger.storage.log_store import TORN_DIR
 from evidence_ledger.storage.payload_map import MAP_NAME, PayloadMap
 from evidence_ledger.storage.payload_view import PayloadView
 from evidence_ledger.storage.payloads import PAYLOAD_DIR, PayloadStore
@@ -190,8 +195,7 @@ class SegmentStore:
                     self._problems[number] = f"is damaged at byte {item.offset}: {item.reason}"
                     sound = False
                 elif writing:
-                    os.ftruncate(fd, item.offset)
-                    os.fsync(fd)
+                    self._cut_tail(fd, number, item.offset)
                 break
             if item.state == seg.STORED:
                 digest, _ = seg.hash_data(fd, item)
@@ -205,6 +209,15 @@ class SegmentStore:
                 rows = []
         self._add(fd, rows, (number, mark))
         return sound
+
+    def _cut_tail(self, fd: int, number: int, offset: int) -> None:
+        """Cut segment ``number`` back to ``offset`` (a torn tail), its bytes first kept in
+        the ledger's ``torn/`` folder as ``seg-NNNNNNNN-<offset>-<ns>.bin``: never dropped
+        (a header edited to claim too much would otherwise cost every record after it)."""
+        keep_tail(fd, offset, self.root.parent / TORN_DIR,
+                  f"seg-{number:08d}-{offset:012d}-{time.time_ns()}.bin")
+        os.ftruncate(fd, offset)
+        os.fsync(fd)
 
     def _add(self, fd: int, rows: list[tuple[bytes, int, int, int, int]],
              mark: tuple[int, int]) -> None:
@@ -566,7 +579,10 @@ class SegmentStore:
 
     def notices(self) -> list[str]:
         """One line per segment that cannot be read, or that is damaged (every segment's
-        record headers read, not its payloads: a damaged header hides what follows it)."""
+        record headers read, not its payloads: a damaged header hides what follows it), and
+        one per segment whose records stop before its end (a torn tail: an append cut short,
+        or a header edited to claim more bytes than follow it)."""
+        torn: list[str] = []
         with self._lock:
             for number in self._segment_numbers():
                 fd = self._reader(number)
@@ -577,9 +593,14 @@ class SegmentStore:
                         if isinstance(item, seg.SegmentEnd) and not item.torn:
                             self._problems[number] = (f"is damaged at byte {item.offset}: "
                                                       f"{item.reason}")
+                        elif isinstance(item, seg.SegmentEnd):
+                            torn.append(f"payload segment {self._path(number)}: records stop "
+                                        f"being readable at byte {item.offset}: {item.reason}"
+                                        "; the next writer moves the bytes from there to "
+                                        f"{self.root.parent / TORN_DIR}")
             return [f"payload segment {self._path(n)} {why}: not read"
                     if "damaged" not in why else f"payload segment {self._path(n)} {why}"
-                    for n, why in sorted(self._problems.items())]
+                    for n, why in sorted(self._problems.items())] + torn
 
     def _segment_numbers(self) -> list[int]:
         if not self._folder_safe():

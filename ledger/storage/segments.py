@@ -84,7 +84,8 @@ class SegmentRecord:
 @dataclass(frozen=True)
 class SegmentEnd:
     """Where and why :func:`scan` stopped before the end of a segment: ``torn`` (an
-    unfinished append: cut back by the next writer) or damage (``torn`` False)."""
+    unfinished append: its bytes moved to ``torn/`` by the next writer) or damage (``torn``
+    False)."""
 
     offset: int
     torn: bool
