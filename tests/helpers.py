@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from evidence_ledger.cli.main import main
 from evidence_ledger.format.framing import FRAME_OVERHEAD, Record
+from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.segment_store import SegmentStore
 
@@ -152,3 +153,13 @@ def format1(ledger: Path) -> Path:
     ledger.mkdir(parents=True, exist_ok=True)
     (ledger / "format").write_text("1\n")
     return ledger
+
+
+def run_end_ledger(path: Path, count: int, start: int = 0) -> Path:
+    """``path``, a ledger given ``count`` more ``run_end`` entries (runs ``r<start>`` on), in
+    one atomic group, at one fixed time: a log of a chosen size, quickly."""
+    writer = EvidenceWriter(path, clock=lambda: 1_700_000_000_000_000_000)
+    with writer.atomic():
+        for i in range(start, start + count):
+            writer.run_end(run_id=f"r{i}", status="completed")
+    return path

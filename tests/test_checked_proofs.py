@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 import evidence_ledger as el
 from evidence_ledger.format.framing import Record
-from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage import checked_proofs
 from evidence_ledger.storage.fsutil import file_lock
 from evidence_ledger.storage.ledger_dir import Ledger
@@ -30,7 +29,7 @@ from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import verify_inclusion
 from evidence_ledger.tlog.proofs import inclusion_proof
 from evidence_ledger.tlog.verified_nodes import VerifiedNodes
-from tests.helpers import forge_entry, run_cli
+from tests.helpers import forge_entry, run_cli, run_end_ledger
 from tests.test_proofs import (
     LEAVES,
     PROPERTY,
@@ -40,14 +39,6 @@ from tests.test_proofs import (
     naive_path,
     naive_proof,
 )
-
-
-def _grow(path: Path, count: int, start: int = 0) -> Path:
-    writer = EvidenceWriter(path, clock=lambda: 1_700_000_000_000_000_000)
-    with writer.atomic():
-        for i in range(start, start + count):
-            writer.run_end(run_id=f"r{i}", status="completed")
-    return path
 
 
 def _leaves(book: Path) -> list[bytes]:
@@ -69,13 +60,13 @@ def _read_bytes() -> int:
 def test_one_session_matches_the_naive_tree_as_the_log_grows(tmp_path):
     """One LedgerProofs, reused while the log grows across tile boundaries: every proof
     equals the naive RFC 9162 one, at the current size and at older ones."""
-    book = _grow(tmp_path / "l", 1)
+    book = run_end_ledger(tmp_path / "l", 1)
     proofs = el.LedgerProofs(book)
     sizes = [1, 2, 3, 5, 8, 255, 256, 257, 300, 511, 513, 700]
     for size in sizes:
         have = len(_leaves(book))
         if size > have:
-            _grow(book, size - have, start=have)
+            run_end_ledger(book, size - have, start=have)
         leaves = _leaves(book)
         for seq in sorted({0, size // 3, size - 1}):
             proof = proofs.inclusion_proof(seq)
@@ -95,7 +86,7 @@ def test_one_session_matches_the_naive_tree_as_the_log_grows(tmp_path):
 def test_a_proof_reads_o_log_n_bytes_once_the_root_is_recorded(tmp_path):
     """The CLI path reads a few KB however long the log is: the first proof recomputes
     the root (one pass), later ones read O(log n) nodes and one entry."""
-    book = _grow(tmp_path / "l", 20_000)
+    book = run_end_ledger(tmp_path / "l", 20_000)
     log_bytes = (book / "log.bin").stat().st_size
     assert run_cli("inclusion", "--ledger", str(book), "--seq", "1").code == 0  # records
     for seq in ("0", "12345", "19999"):
@@ -110,7 +101,7 @@ def test_a_proof_reads_o_log_n_bytes_once_the_root_is_recorded(tmp_path):
 
 
 def test_the_command_line_proof_loads_neither_the_whole_api_nor_cryptography(tmp_path):
-    book = _grow(tmp_path / "l", 10)
+    book = run_end_ledger(tmp_path / "l", 10)
     code = ("import sys\nfrom evidence_ledger.cli.main import main\n"
             f"try:\n    main(['inclusion', '--ledger', {str(book)!r}, '--seq', '3'])\n"
             "except SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
@@ -124,12 +115,12 @@ def test_the_command_line_proof_loads_neither_the_whole_api_nor_cryptography(tmp
 
 
 def test_appended_entries_extend_the_recorded_root(tmp_path):
-    book = _grow(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     first = run_cli("inclusion", "--ledger", str(book), "--seq", "5", "--json")
     assert json.loads(first.out)["checked_against"] == [
         "root recomputed from log.bin (tree size 300); recorded in tree/root.json"]
     recorded = _root_doc(book)
-    _grow(book, 40, start=300)
+    run_end_ledger(book, 40, start=300)
     result = run_cli("inclusion", "--ledger", str(book), "--seq", "320", "--json")
     doc = json.loads(result.out)
     when = _when(recorded["recorded_ns"])
@@ -149,7 +140,7 @@ def _when(ns: int) -> str:
 
 
 def test_a_writer_holding_the_lock_leaves_the_root_unrecorded_but_the_proof_checked(tmp_path):
-    book = _grow(tmp_path / "l", 50)
+    book = run_end_ledger(tmp_path / "l", 50)
     with file_lock(book / "writer.lock", timeout=0):
         result = run_cli("inclusion", "--ledger", str(book), "--seq", "7", "--json")
     assert result.code == 0, result.err
@@ -163,7 +154,7 @@ def test_a_writer_holding_the_lock_leaves_the_root_unrecorded_but_the_proof_chec
 
 
 def _signed(tmp_path: Path, entries: int = 40) -> tuple[Path, str, str]:
-    book = _grow(tmp_path / "l", entries)
+    book = run_end_ledger(tmp_path / "l", entries)
     key = tmp_path / "k.key"
     vkey = run_cli("keygen", "--origin", "example.com/log", "--out", str(key)).out.strip()
     assert run_cli("checkpoint", "--ledger", str(book), "--key", str(key)).code == 0
@@ -172,7 +163,7 @@ def _signed(tmp_path: Path, entries: int = 40) -> tuple[Path, str, str]:
 
 def test_proofs_name_the_checkpoint_and_whether_its_signature_was_verified(tmp_path):
     book, _, vkey = _signed(tmp_path)
-    _grow(book, 10, start=40)
+    run_end_ledger(book, 10, start=40)
     key_id = vkey.split("+")[1]
     plain = json.loads(run_cli("inclusion", "--ledger", str(book), "--seq", "3",
                                "--json").out)
@@ -198,7 +189,7 @@ def test_a_log_forged_below_a_checkpoint_is_refused(tmp_path, appended):
     signed checkpoint (equal sizes: compared; larger: a consistency proof), so nothing is
     proven, whatever the cache says."""
     book, _, vkey = _signed(tmp_path)
-    _grow(book, appended, start=40)
+    run_end_ledger(book, appended, start=40)
     forge_entry(book, 3, lambda data: data.replace(b"r3", b"r9"))
     result = run_cli("inclusion", "--ledger", str(book), "--seq", "20", "--verifier-key", vkey)
     assert result.code == 1 and result.out == "", result
@@ -212,7 +203,7 @@ def test_a_log_forged_below_a_checkpoint_is_refused(tmp_path, appended):
 def test_a_session_catches_nodes_tampered_while_it_is_open(tmp_path):
     """A library handle keeps nodes.bin mapped; bytes changed under it make the next proof
     fail its check: the cache is rebuilt (one notice) and the proof is right."""
-    book = _grow(tmp_path / "l", 600)
+    book = run_end_ledger(tmp_path / "l", 600)
     notices: list[str] = []
     handle = el.Ledger(book)
     leaves = _leaves(book)
@@ -235,7 +226,7 @@ def test_a_session_catches_nodes_tampered_while_it_is_open(tmp_path):
 
 
 def test_an_unreadable_recorded_root_is_recomputed_with_a_notice(tmp_path):
-    book = _grow(tmp_path / "l", 30)
+    book = run_end_ledger(tmp_path / "l", 30)
     assert run_cli("inclusion", "--ledger", str(book), "--seq", "1").code == 0
     (book / "tree" / "root.json").write_text('{"version": 1, "size": 30}')
     result = run_cli("inclusion", "--ledger", str(book), "--seq", "1", "--json")
@@ -269,7 +260,7 @@ def test_remembered_nodes_accept_exactly_what_the_verifier_accepts(data, size):
 def test_a_repeated_library_call_reuses_the_loaded_tree(tmp_path, monkeypatch):
     """On one handle, while log.bin is unchanged, a proof neither reloads the cache nor
     re-reads the recorded root or the checkpoints: one stat decides (structural count)."""
-    book = _grow(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     handle = el.Ledger(book)
     handle.inclusion_proof(1)
     calls: list[str] = []
@@ -285,14 +276,14 @@ def test_a_repeated_library_call_reuses_the_loaded_tree(tmp_path, monkeypatch):
         assert handle.inclusion_proof(seq).leaf_hash == leaves[seq]
     assert handle.consistency_proof(9).root1 == naive_mth(leaves[:9])
     assert calls == []
-    _grow(book, 1, start=300)  # the log grew: the next proof loads again
+    run_end_ledger(book, 1, start=300)  # the log grew: the next proof loads again
     assert handle.inclusion_proof(300).tree_size == 301 and calls == ["root", "update"]
 
 
 def test_a_bad_verifier_key_is_one_line_on_stderr(tmp_path):
     """Once: the usage error was followed by "Exception ignored in CheckedProofs.__del__"
     and a traceback (the key was parsed before the object had its files' attribute)."""
-    book = _grow(tmp_path / "l", 20)
+    book = run_end_ledger(tmp_path / "l", 20)
     for key in ("garbage", "other.example/x+12345678+AQID"):
         done = subprocess.run(
             [sys.executable, "-m", "evidence_ledger.cli.main", "inclusion", "--ledger",

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 import evidence_ledger.storage.tree_store as tree_store_module
 from evidence_ledger.format.errors import EvidenceError, UsageError
-from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.log_proofs import prove_consistency, prove_inclusion
 from evidence_ledger.storage.tree_store import TiledTree, TreeStore
@@ -28,7 +27,7 @@ from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import ProofError, verify_consistency, verify_inclusion
 from evidence_ledger.tlog.proofs import consistency_proof, inclusion_proof, tree_root
 from evidence_ledger.tlog.tiles import TileBuilder, tile_path
-from tests.helpers import forge_entry, run_cli
+from tests.helpers import forge_entry, run_cli, run_end_ledger
 
 KAT = json.loads((Path(__file__).parent / "vectors" / "kat-extracted.json").read_text())
 
@@ -281,13 +280,6 @@ def test_generated_consistency_proofs_verify_and_any_flipped_bit_fails(data, siz
 # -- the hash store of a real ledger -------------------------------------------------
 
 
-def _ledger(path: Path, count: int, start: int = 0) -> Path:
-    writer = EvidenceWriter(path, clock=lambda: 1_700_000_000_000_000_000)
-    with writer.atomic():
-        for i in range(start, start + count):
-            writer.run_end(run_id=f"r{i}", status="completed")
-    return path
-
 
 def _log_leaves(path: Path) -> list[bytes]:
     return [leaf_hash(item.data) for item in Ledger(path).scan()]  # type: ignore[union-attr]
@@ -303,7 +295,7 @@ def _tree_files(path: Path) -> dict[str, bytes]:
 
 
 def test_store_matches_naive_and_updates_incrementally(tmp_path, monkeypatch):
-    book = _ledger(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     tree = TreeStore(book).update()
     assert tree.size == 300
     assert tree.root() == naive_mth(_log_leaves(book))
@@ -317,7 +309,7 @@ def test_store_matches_naive_and_updates_incrementally(tmp_path, monkeypatch):
         return real(data)
 
     monkeypatch.setattr(tree_store_module, "leaf_hash", counting)
-    _ledger(book, 5, start=300)
+    run_end_ledger(book, 5, start=300)
     tree = TreeStore(book).update()
     assert tree.size == 305
     assert len(hashed) == 1 + 5  # the last covered entry is re-checked, then only new ones
@@ -328,9 +320,9 @@ def test_store_matches_naive_and_updates_incrementally(tmp_path, monkeypatch):
 
 
 def test_store_is_derived_data_deleting_it_gives_the_same_bytes(tmp_path):
-    book = _ledger(tmp_path / "l", 600)
+    book = run_end_ledger(tmp_path / "l", 600)
     TreeStore(book).update()
-    _ledger(book, 100, start=600)
+    run_end_ledger(book, 100, start=600)
     TreeStore(book).update()
     before = _tree_files(book)
     proof = prove_inclusion(book, 123)
@@ -342,7 +334,7 @@ def test_store_is_derived_data_deleting_it_gives_the_same_bytes(tmp_path):
 
 
 def test_ledger_proofs_verify(tmp_path):
-    book = _ledger(tmp_path / "l", 40)
+    book = run_end_ledger(tmp_path / "l", 40)
     leaves = _log_leaves(book)
     for seq in (0, 17, 39):
         p = prove_inclusion(book, seq)
@@ -379,13 +371,13 @@ def _truncate_to(book: Path, entries: int) -> None:
 
 
 def test_store_refuses_a_log_rolled_back_or_rewritten_under_it(tmp_path):
-    book = _ledger(tmp_path / "l", 50)
+    book = run_end_ledger(tmp_path / "l", 50)
     TreeStore(book).update()
     _truncate_to(book, 30)
     with pytest.raises(EvidenceError, match="no longer matches the tree store at seq 49"):
         TreeStore(book).update()
 
-    other = _ledger(tmp_path / "other", 60, start=1000)
+    other = run_end_ledger(tmp_path / "other", 60, start=1000)
     shutil.copy(other / "log.bin", book / "log.bin")
     with pytest.raises(EvidenceError, match="rewritten or rolled back"):
         prove_inclusion(book, 3)
@@ -394,7 +386,7 @@ def test_store_refuses_a_log_rolled_back_or_rewritten_under_it(tmp_path):
 
 
 def test_inclusion_rereads_the_leaf_from_the_log(tmp_path):
-    book = _ledger(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     TreeStore(book).update()
     # Rewrite the entry's run_id in place (same length) and fix its CRC: a careful forger.
     forge_entry(book, 260, lambda data: data.replace(b"r260", b"r999"))
@@ -404,7 +396,7 @@ def test_inclusion_rereads_the_leaf_from_the_log(tmp_path):
 
 
 def test_damaged_store_files_are_reported_not_trusted(tmp_path):
-    book = _ledger(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     TreeStore(book).update()
     (book / "tree" / "tile" / "0" / "000").write_bytes(b"short")
     # Proofs read the level arrays; a tile is checked when it is read (to be served).
@@ -427,7 +419,7 @@ def test_damaged_store_files_are_reported_not_trusted(tmp_path):
 
 
 def test_store_never_touches_the_log(tmp_path):
-    book = _ledger(tmp_path / "l", 20)
+    book = run_end_ledger(tmp_path / "l", 20)
     before = (book / "log.bin").read_bytes(), os.stat(book / "log.bin").st_mtime_ns
     prove_consistency(book, 3)
     assert ((book / "log.bin").read_bytes(), os.stat(book / "log.bin").st_mtime_ns) == before
@@ -458,7 +450,7 @@ def test_a_proof_at_ten_million_entries_reads_a_few_tiles():
     lambda doc: json.dumps({**doc, "last_offset": 2**63}),  # past a C long
 ], ids=["deep-nesting", "offset-2^63-1", "offset-2^63"])
 def test_a_corrupt_state_file_is_rebuilt_with_a_notice(tmp_path, corrupt):
-    book = _ledger(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     TreeStore(book).update()
     state = book / "tree" / "state.json"
     state.write_text(corrupt(json.loads(state.read_text())))

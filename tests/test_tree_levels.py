@@ -30,10 +30,10 @@ from evidence_ledger.tlog.merkle import node_hash
 from evidence_ledger.tlog.proof_verify import verify_consistency, verify_inclusion
 from evidence_ledger.tlog.proofs import Prover, consistency_proof, inclusion_proof
 from evidence_ledger.tlog.tiles import TileBuilder, node_count, node_position, tile_path
+from tests.helpers import run_end_ledger
 from tests.test_proofs import (
     LEAVES,
     _h,
-    _ledger,
     _log_leaves,
     _tree_files,
     naive_mth,
@@ -215,7 +215,7 @@ def test_a_proof_at_ten_million_entries_reads_log_n_hashes_and_hashes_nothing(mo
 
 
 def test_store_nodes_match_naive_and_tiles(tmp_path):
-    book = _ledger(tmp_path / "l", 600)
+    book = run_end_ledger(tmp_path / "l", 600)
     tree = TreeStore(book).update()
     leaves = _log_leaves(book)
     data = (book / "tree" / "nodes.bin").read_bytes()
@@ -236,7 +236,7 @@ def test_many_small_updates_equal_a_fresh_build(tmp_path):
     done = 0
     sizes = [1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 1, 1, 30, 200, 7, 255, 1, 256, 3, 40]
     for count in sizes:
-        _ledger(book, count, start=done)
+        run_end_ledger(book, count, start=done)
         done += count
         tree = TreeStore(book).update()
         assert tree.size == done
@@ -250,7 +250,7 @@ def test_many_small_updates_equal_a_fresh_build(tmp_path):
 
 
 def test_an_update_that_finds_nothing_new_takes_no_lock_and_writes_nothing(tmp_path, monkeypatch):
-    book = _ledger(tmp_path / "l", 40)
+    book = run_end_ledger(tmp_path / "l", 40)
     TreeStore(book).update()
     before = _tree_files(book)
     stamp = (book / "tree" / "state.json").stat().st_mtime_ns
@@ -265,14 +265,14 @@ def test_an_update_that_finds_nothing_new_takes_no_lock_and_writes_nothing(tmp_p
     assert _tree_files(book) == before
     assert (book / "tree" / "state.json").stat().st_mtime_ns == stamp
     monkeypatch.undo()
-    _ledger(book, 1, start=40)
+    run_end_ledger(book, 1, start=40)
     assert TreeStore(book).update().size == 41
 
 
 def test_leftovers_of_an_update_that_never_committed_are_trimmed(tmp_path, monkeypatch):
-    book = _ledger(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     TreeStore(book).update()
-    _ledger(book, 250, start=300)
+    run_end_ledger(book, 250, start=300)
 
     def crash(self, state):  # type: ignore[no-untyped-def]
         raise StorageError("simulated crash before the state was committed")
@@ -294,7 +294,7 @@ def test_leftovers_of_an_update_that_never_committed_are_trimmed(tmp_path, monke
 
 
 def test_a_short_node_or_offsets_file_is_reported(tmp_path):
-    book = _ledger(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     TreeStore(book).update()
     nodes = book / "tree" / "nodes.bin"
     full = nodes.read_bytes()
@@ -303,7 +303,7 @@ def test_a_short_node_or_offsets_file_is_reported(tmp_path):
         prove_inclusion(book, 7)
     with pytest.raises(EvidenceError, match=r"nodes\.bin is \d+ bytes, want at least .*delete"):
         prove_consistency(book, 7)
-    _ledger(book, 1, start=300)
+    run_end_ledger(book, 1, start=300)
     with pytest.raises(EvidenceError, match=r"nodes\.bin is \d+ bytes, want \d+ .*delete"):
         TreeStore(book).update()  # the update refuses to append to it
     nodes.unlink()
@@ -313,13 +313,13 @@ def test_a_short_node_or_offsets_file_is_reported(tmp_path):
     TreeStore(book).update()
     offsets = book / "tree" / "offsets.bin"
     offsets.write_bytes(offsets.read_bytes()[:-8])
-    _ledger(book, 1, start=301)
+    run_end_ledger(book, 1, start=301)
     with pytest.raises(EvidenceError, match=r"offsets\.bin is \d+ bytes.*delete"):
         TreeStore(book).update()
 
 
 def test_a_version_1_store_is_rebuilt_after_the_usual_check(tmp_path):
-    book = _ledger(tmp_path / "l", 600)
+    book = run_end_ledger(tmp_path / "l", 600)
     TreeStore(book).update()
     fresh = _tree_files(book)
     tree = book / "tree"
@@ -339,14 +339,14 @@ def test_a_version_1_store_is_rebuilt_after_the_usual_check(tmp_path):
     assert _tree_files(book) == fresh
 
     make_v1()
-    other = _ledger(tmp_path / "other", 600, start=5000)
+    other = run_end_ledger(tmp_path / "other", 600, start=5000)
     shutil.copy(other / "log.bin", book / "log.bin")
     with pytest.raises(EvidenceError, match="no longer matches the tree store at seq 599"):
         TreeStore(book).update()
 
 
 def test_prove_inclusions_matches_one_at_a_time(tmp_path):
-    book = _ledger(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     seqs = [299, 0, 17, 17, 256, 255]
     many = prove_inclusions(book, seqs)
     assert many == [prove_inclusion(book, s) for s in seqs]
@@ -370,7 +370,7 @@ def test_prove_inclusions_matches_one_at_a_time(tmp_path):
 
 
 def test_log_leaves_read_every_entry_in_o1(tmp_path, monkeypatch):
-    book = _ledger(tmp_path / "l", 300)
+    book = run_end_ledger(tmp_path / "l", 300)
     store = TreeStore(book)
     store.update()
     walked: list[int] = []
@@ -387,7 +387,7 @@ def test_log_leaves_read_every_entry_in_o1(tmp_path, monkeypatch):
 
 
 def test_one_proof_reads_by_position_and_many_proofs_map_the_node_file(tmp_path, monkeypatch):
-    book = _ledger(tmp_path / "l", 700)
+    book = run_end_ledger(tmp_path / "l", 700)
     reference = Prover(TiledTree.from_leaf_hashes(_log_leaves(book)))
     mapped: list[int] = []
     real = tree_store_module.NodeFile.map

@@ -191,3 +191,29 @@ def keep_tail(fd: int, offset: int, folder: Path, name: str) -> Path:
         os.fsync(dst.fileno())
     fsync_path(folder)
     return target
+
+
+def replace_durably(path: str | os.PathLike[str], data: bytes, tmp: str | os.PathLike[str],
+                    mode: int = 0o644) -> None:
+    """Replace the file at ``path`` with ``data`` (bytes): written to ``tmp`` (created anew
+    with ``mode``, never through a symlink or a leftover planted there), fsynced, renamed
+    over ``path``, then the folder fsynced. A crash leaves the old file or the new one,
+    whole.
+
+    Raises:
+        OSError: if a step fails (``tmp`` is then removed where it can be).
+    """
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # a leftover, or a planted symlink: never written through
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_path(os.path.dirname(os.path.abspath(path)))

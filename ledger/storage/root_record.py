@@ -44,7 +44,7 @@ from typing import Any
 
 from evidence_ledger.format.errors import EvidenceError, LockTimeout, StorageError
 from evidence_ledger.format.framing import read_frame
-from evidence_ledger.storage.fsutil import close_fd, fsync_path, read_regular
+from evidence_ledger.storage.fsutil import close_fd, read_regular, replace_durably
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.log_proofs import LogLeaves
 from evidence_ledger.storage.tree_store import ROOT_NAME, TREE_DIR
@@ -243,16 +243,6 @@ def _write(ledger: Ledger, root: RecordedRoot) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     stamped = dataclasses.replace(root, recorded_ns=time.time_ns(), base_size=root.size)
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # a leftover, or a planted symlink: never written through
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(stamped.to_json())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_path(folder)
+        replace_durably(path, stamped.to_json(), tmp)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise StorageError(f"cannot write {path}: {exc}") from exc

@@ -90,6 +90,7 @@ from evidence_ledger.storage.fsutil import (
     open_regular,
     problem,
     read_regular,
+    replace_durably,
 )
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.tree_state import (
@@ -717,17 +718,9 @@ class TreeStore:
                 close_fd(fd)
 
     def _write_state(self, state: TreeState) -> None:
-        tmp = self.state_path.with_name(STATE_NAME + ".tmp")
         try:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)  # a leftover, or a planted symlink: never written through
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(state.to_json())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.state_path)
-            fsync_path(self.directory)
+            replace_durably(self.state_path, state.to_json(),
+                            self.state_path.with_name(STATE_NAME + ".tmp"))
         except OSError as exc:
             raise StorageError(f"cannot write {self.state_path}: {exc}") from exc
 

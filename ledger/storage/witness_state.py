@@ -24,7 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from evidence_ledger.format.errors import EvidenceError, LockTimeout, StorageError
-from evidence_ledger.storage.fsutil import file_lock, fsync_path, problem, read_regular
+from evidence_ledger.storage.fsutil import (
+    file_lock,
+    problem,
+    read_regular,
+    replace_durably,
+)
 from evidence_ledger.tlog.checkpoint import Checkpoint, parse_checkpoint
 from evidence_ledger.tlog.note import MAX_NOTE_BYTES, parse_note
 
@@ -105,14 +110,6 @@ class WitnessState:
         path = self.path(origin)
         tmp = self.logs / f"{_TMP}{os.getpid()}-{path.name}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(note)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-            fsync_path(self.logs)
+            replace_durably(path, note, tmp, mode=0o600)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             raise StorageError(f"cannot store witness state {path}: {problem(exc)}") from exc
