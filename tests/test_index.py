@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 
 from evidence_ledger.api.keys import SigningKey
-from evidence_ledger.format.entries import decode_entry, entry_hash
+from evidence_ledger.format.entries import BODY_FIELDS, decode_entry, entry_hash
 from evidence_ledger.format.errors import EvidenceError, UsageError
 from evidence_ledger.format.framing import Record, frame
 from evidence_ledger.index import build as index_mod
@@ -885,3 +885,52 @@ def test_digests_are_blobs_in_the_raw_tables_and_sha256_text_in_the_views(tmp_pa
               "ON e.arguments_digest = c.arguments_digest")
     as_text, as_blobs = (run_query(ledger, joined.format(p)).rows for p in ("", "raw."))
     assert as_text == as_blobs and as_text[0][0] > 0
+
+
+def _many_runs(ledger: Ledger, runs: int) -> None:
+    """``runs`` runs of one executed call each, every other run left open."""
+    writer = EvidenceWriter(ledger, clock=lambda: 0)
+    with writer.atomic():
+        for i in range(runs):
+            digest = hashlib.sha256(b"%d" % i).digest()
+            ident = {"run_id": f"run-{i}", "scope": [], "call_id": f"c{i}"}
+            for kind, body in [
+                ("call", {**ident, "agent": "a", "tool": "t", "args_digest": digest,
+                          "args_form": "jcs", "args_payload": digest, "needs_approval": False}),
+                ("execution", {**ident, "args_digest": digest, "args_form": "jcs",
+                               "args_payload": digest, "result_digest": digest}),
+            ]:
+                writer.append(kind, {name: body.get(name) for name in BODY_FIELDS[kind]},
+                              time_ns=i)
+            if i % 2:
+                writer.run_end(run_id=f"run-{i}", status="completed")
+
+
+def test_an_update_reads_and_writes_the_state_of_the_runs_it_touches_only(tmp_path,
+                                                                           monkeypatch):
+    ledger = Ledger(tmp_path / "l")
+    _many_runs(ledger, 400)
+    update_index(ledger)
+    read, written = [], Counter()
+    restored = index_state.StoredSpill.__init__
+
+    def spy(self, con):
+        restored(self, con)
+        read.append(self)
+
+    def count(self, table, rows):
+        rows = list(rows)
+        written[table] += len(rows)
+        add(self, table, rows)
+
+    add = index_state._Appender.add
+    monkeypatch.setattr(index_state.StoredSpill, "__init__", spy)
+    monkeypatch.setattr(index_state._Appender, "add", count)
+    EvidenceWriter(ledger).run_end(run_id="run-4", status="completed")  # an open run
+    info = update_index(ledger)
+    assert not info.rebuilt and len(read) == 1
+    assert read[0].rows_read < 10, read[0].rows_read  # run-4's rows, of some 2,000 stored
+    assert written["calls"] == 1 and sum(written.values()) < 20, written  # run-4's again
+    monkeypatch.undo()
+    for name in VIEWS:
+        assert table(ledger, name).equals(derive(ledger.scan())[1][name]), name

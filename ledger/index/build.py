@@ -75,7 +75,13 @@ from evidence_ledger.index.db import (
     rows_table,
 )
 from evidence_ledger.index.location import INDEX_NAME, default_index_path
-from evidence_ledger.index.state import DeriverPlace, load_state, save_state, state_schema
+from evidence_ledger.index.state import (
+    DeriverPlace,
+    StoredStateDamaged,
+    load_state,
+    save_state,
+    state_schema,
+)
 from evidence_ledger.index.worker import Checked, Checker, check_records, read_log_chunk
 from evidence_ledger.storage.bulk import gc_paused
 from evidence_ledger.storage.fsutil import file_lock, problem
@@ -162,10 +168,11 @@ class Deriver:
         self._blocks: list[tuple[int, int]] = []
 
     @classmethod
-    def restored(cls, con: duckdb.DuckDBPyConnection) -> Deriver | None:
+    def restored(cls, con: duckdb.DuckDBPyConnection, lazy: bool = False) -> Deriver | None:
         """The deriver whose state :meth:`save` stored in ``con`` (None: none stored, or
-        not well formed). Raises duckdb.Error."""
-        state = load_state(con)
+        not well formed); ``lazy``: as :func:`~evidence_ledger.index.state.load_state`
+        takes it (then saved to ``con``). Raises duckdb.Error."""
+        state = load_state(con, lazy)
         return None if state is None else cls(*state)
 
     def save(self, con: duckdb.DuckDBPyConnection, commit_each: bool = False) -> None:
@@ -718,6 +725,15 @@ def update_index(
         UsageError: if the ledger has no log, or the index cannot be written.
         EvidenceError: if a record fails integrity (see :class:`Deriver`).
     """
+    try:
+        return _update_index(ledger, path, rebuild, progress)
+    except StoredStateDamaged:  # read only when an entry named it: start over
+        return _update_index(ledger, path, True, progress)
+
+
+def _update_index(ledger: Ledger, path: str | os.PathLike[str] | None, rebuild: bool,
+                  progress: Progress | None) -> IndexInfo:
+    """:func:`update_index`; raises StoredStateDamaged too."""
     ledger.require_exists()
     target = checked_index_path(ledger, path)
     if path is None:
@@ -731,20 +747,22 @@ def update_index(
             if meta is not None and not _same_log(ledger, meta[2], meta[4], meta[5]):
                 meta = None
             deriver: Deriver | None = None
+            log_bytes = 0
             if meta is not None:
                 assert con is not None
                 first = next(iter(ledger.store.scan(meta[6], meta[2])), None)
                 if first is None or isinstance(first, TornTail):
                     return IndexInfo(target, meta[2], base64.b64decode(meta[3]))
+                log_bytes = ledger.store.path.stat().st_size
                 with contextlib.suppress(duckdb.Error):
-                    deriver = Deriver.restored(con)
+                    deriver = Deriver.restored(con, lazy=log_bytes - meta[6] <= SIDE_BYTES)
                 if deriver is None or deriver.size != meta[2] or deriver.offset != meta[6] \
                         or digest_text(deriver.last_hash) != meta[4]:
                     deriver = meta = None
             fresh = deriver is None
             if fresh and path is not None:
                 _refuse_foreign(target)
-            side = meta is None or ledger.store.path.stat().st_size - meta[6] > SIDE_BYTES
+            side = meta is None or log_bytes - meta[6] > SIDE_BYTES
             if side:
                 if con is not None:
                     con.close()

@@ -385,6 +385,11 @@ class RuleEngine:
         self._touched_run: str | None = None  # the latest touched (last in its dict)
         self._touched_session: str | None = None
 
+    @property
+    def spill(self) -> Spill | None:
+        """Where retired state goes (None: nowhere)."""
+        return self._spill
+
     # -- where the state is ------------------------------------------------------------
 
     def _run(self, run_id: str, create: bool = False) -> _Run | None:
@@ -1061,17 +1066,21 @@ class RuleEngine:
 
     # -- plain-data state ------------------------------------------------------------
 
-    def _all_runs(self) -> Iterator[tuple[str, _Run]]:
-        """Every run's state: the live ones, then copies of the spilled ones."""
+    def _all_runs(self, written_only: bool = False) -> Iterator[tuple[str, _Run]]:
+        """Every run's state: the live ones, then copies of the spilled ones (those
+        written to the spill only, when ``written_only``)."""
         yield from self._runs.items()
         if self._spill is not None:
-            for run_id in self._spill.run_ids():
-                yield run_id, pickle.loads(self._spill.run(run_id) or b"")
+            spill = self._spill
+            for run_id in spill.written_run_ids() if written_only else spill.run_ids():
+                yield run_id, pickle.loads(spill.run(run_id) or b"")
 
-    def _all_sessions(self) -> Iterator[tuple[str, _Session]]:
+    def _all_sessions(self, written_only: bool = False) -> Iterator[tuple[str, _Session]]:
         yield from self._sessions.items()
         if self._spill is not None:
-            for session_id, state in self._spill.sessions():
+            spill = self._spill
+            for session_id, state in (spill.written_sessions() if written_only
+                                      else spill.sessions()):
                 yield session_id, pickle.loads(state)
 
     def _run_rows(self, run_id: str, run: _Run) -> dict[str, list[tuple[StateValue, ...]]]:
@@ -1127,16 +1136,20 @@ class RuleEngine:
         rows["context_decisions"] = [(seq,) for seq in self._context_first]
         return rows
 
-    def state_row_batches(self) -> Iterator[tuple[str, list[tuple[StateValue, ...]]]]:
+    def state_row_batches(self, written_only: bool = False,
+                          ) -> Iterator[tuple[str, list[tuple[StateValue, ...]]]]:
         """The rows of :meth:`state_rows`, a run or a session at a time: ``(table, rows)``
         pairs, a table named many times, its rows in no canonical order (a reader sorts
         what it needs: :meth:`from_state_rows` wants ``decisions`` and ``calls`` by seq
         within a run, and they are). Memory: one run's rows at a time; spilled runs and
-        sessions are read back one by one.
+        sessions are read back one by one. ``written_only``: the runs and sessions only
+        of those live or written to the spill by this engine
+        (:meth:`~evidence_ledger.verify.spill.Spill.written_run_ids`), not those a spill
+        over stored state still holds as stored.
         """
-        for run_id, run in self._all_runs():
+        for run_id, run in self._all_runs(written_only):
             yield from self._run_rows(run_id, run).items()
-        for session_id, session in self._all_sessions():
+        for session_id, session in self._all_sessions(written_only):
             yield "sessions", [(session_id, *item, count)
                                for item, count in session.items.items()]
             yield "session_runs", [(session_id, run_id) for run_id in sorted(session.writers)]
@@ -1276,6 +1289,35 @@ class RuleEngine:
         engine._context_first += [seq for seq, in table("context_decisions")]
         for run_id, scope, call_id, time, digest in table("last_run"):
             engine._last_run = ((run_id, _scope_of(scope), call_id), time, digest)
+
+
+def encoded_run(tables: Mapping[str, Iterable[Sequence[StateValue]]], run_id: str,
+                ) -> tuple[bytes, list[tuple[str, str | None]]] | None:
+    """One run's state rows (the tables with a ``run_id`` column, as
+    :meth:`RuleEngine.state_rows` gives them, for that run only) in the form a
+    :class:`~evidence_ledger.verify.spill.Spill` keeps it: the encoded run and its run
+    states ``(state_id, parent)``; None when the rows hold no such run.
+
+    Raises:
+        ValueError, KeyError, TypeError: rows that :meth:`RuleEngine.state_rows` did not make.
+    """
+    engine = RuleEngine.from_state_rows(tables)
+    run = engine._runs.get(run_id)
+    if run is None:
+        return None
+    return (pickle.dumps(run, protocol=5),
+            [(state, engine.state_parents[state]) for state in run.states])
+
+
+def encoded_session(items: Iterable[tuple[str, str, int]], writers: Iterable[str]) -> bytes:
+    """A session's state rows (``sessions`` rows ``(call_id, item_type, count)`` and the
+    ``session_runs`` run ids, as :meth:`RuleEngine.state_rows` gives them without the
+    session id) in the form a :class:`~evidence_ledger.verify.spill.Spill` keeps it."""
+    session = _Session()
+    for call_id, kind, count in items:
+        session.items[call_id, kind] = count
+    session.writers.update(sys.intern(run_id) for run_id in writers)
+    return pickle.dumps(session, protocol=5)
 
 
 def _bare(items: Sequence[T]) -> T | tuple[T, ...] | None:

@@ -82,7 +82,7 @@ class Spill:
     def take_run(self, run_id: str) -> tuple[bytes, list[tuple[str, str | None]]] | None:
         """A stored run's state and its run states ``(state_id, parent)``, removed with its
         calls (None: not here)."""
-        state = self.run(run_id)
+        state = Spill.run(self, run_id)  # this database's, whatever a subclass adds
         if state is None:
             return None
         db = self._db
@@ -110,6 +110,11 @@ class Spill:
     def run_ids(self) -> list[str]:
         """Every stored run (ids; one short string a run)."""
         return [row[0] for row in self._db.execute("SELECT run_id FROM runs")]
+
+    def written_run_ids(self) -> list[str]:
+        """The stored runs written here by :meth:`put_run` (a subclass over state stored
+        elsewhere may hold more: :meth:`run_ids`)."""
+        return Spill.run_ids(self)
 
     def unpersisted(self, first: int) -> tuple[int, list[tuple[int, str]]]:
         """How many stored runs have a false persisted flag, and ``(order, run_id)`` of the
@@ -141,6 +146,12 @@ class Spill:
     def sessions(self) -> Iterator[tuple[str, bytes]]:
         """Every stored session and its state."""
         return iter(self._db.execute("SELECT session_id, state FROM sessions"))
+
+
+    def written_sessions(self) -> Iterator[tuple[str, bytes]]:
+        """The stored sessions written here by :meth:`put_session`, and their states (see
+        :meth:`written_run_ids`)."""
+        return Spill.sessions(self)
 
 
 class SpilledHashes:
