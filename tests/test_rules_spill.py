@@ -168,12 +168,13 @@ def test_a_spilled_report_is_read_in_another_thread(tmp_path):
     ingest(tmp_path / "l")
     spill = Spill()
     with ThreadPoolExecutor(1) as thread:
-        engine = thread.submit(_fed, RuleEngine(spill, live_limit=0), tmp_path / "l").result()
+        engine = thread.submit(_fed_from, RuleEngine(spill, live_limit=0),
+                               tmp_path / "l").result()
     assert spill.call_count() > 0 and list(engine.calls) == sorted(
         engine.calls, key=lambda key: engine.calls[key].seq)
 
 
-def _fed(engine: RuleEngine, directory: Path) -> RuleEngine:
+def _fed_from(engine: RuleEngine, directory: Path) -> RuleEngine:
     for record in Ledger(directory).scan():
         if isinstance(record, Record):
             engine.feed(decode_entry(record.data))
