@@ -179,10 +179,16 @@ def _fresh(template: Path, work: Path) -> None:
     shutil.copytree(template, work, symlinks=True)
 
 
+DERIVED = ("/payloads/locations.sqlite",)
+"""Files of the ledger that are derived, rebuilt from the evidence (the payload map and its
+SQLite companions): ``evidence_only`` runs leave their calls alone."""
+
+
 def positions(command: Command, template: Path, work: Path, digest: str,
-              ) -> dict[str, list[int]]:
+              evidence_only: bool = False) -> dict[str, list[int]]:
     """System call -> the positions (1-based, per thread, as ``when=`` counts) of its calls
-    that name a file under the ledger (or the command's outputs), from one traced run."""
+    that name a file under the ledger (or the command's outputs), from one traced run;
+    ``evidence_only``: not those that name only :data:`DERIVED` files."""
     _fresh(template, work)
     trace = work.parent / f"{work.name}.trace"
     subprocess.run(["strace", "-f", "-qq", "-y", "-e", f"trace={','.join(SYSCALLS)}",
@@ -198,6 +204,8 @@ def positions(command: Command, template: Path, work: Path, digest: str,
         tid, name, rest = match.groups()
         n = counts[tid, name] = counts.get((tid, name), 0) + 1
         paths = [q or a for q, a in _PATHS.findall(rest)]
+        if evidence_only:
+            paths = [p for p in paths if not any(d in p for d in DERIVED)]
         if any(p.startswith(root) for p in paths for root in roots):
             found.setdefault(name, set()).add(n)
     return {name: sorted(found[name]) for name in SYSCALLS if name in found}
@@ -272,8 +280,10 @@ def _judged_case(command: Command, done: subprocess.CompletedProcess[str], lines
 
 
 def run_command(command: Command, template: Path, scratch: Path,
-                progress: Callable[[str], None] | None = None) -> Outcome:
-    """Every case of ``command`` (see the module docstring)."""
+                progress: Callable[[str], None] | None = None,
+                evidence_only: bool = False) -> Outcome:
+    """Every case of ``command`` (see the module docstring); ``evidence_only``: not the
+    calls on :data:`DERIVED` files only."""
     work, digest = scratch / "case", _digest(template)
     outcome = Outcome(command.name)
     before = [h for _, h in Ledger(template / "L").entries()]
@@ -281,7 +291,8 @@ def run_command(command: Command, template: Path, scratch: Path,
     subprocess.run(_argv(command, work, digest), capture_output=True, env=_env(), timeout=300,
                    cwd=work, check=True)
     after = sum(1 for _ in Ledger(work / "L").entries())
-    for syscall, found in positions(command, template, work, digest).items():
+    for syscall, found in positions(command, template, work, digest,
+                                    evidence_only).items():
         for position in found:
             failed = run_case(command, template, work, digest, syscall, position, before,
                               after)

@@ -282,10 +282,12 @@ def concurrency_trial(directory: Path, writers: int, per_writer: int, group: int
     return trial
 
 
-def strace_trials(directory: Path, commands: tuple[str, ...] | None = None) -> list[Trial]:
+def strace_trials(directory: Path, commands: tuple[str, ...] | None = None,
+                  evidence_only: bool = False) -> list[Trial]:
     """One row per command of :mod:`benchmarks.fault_injection`: every system call that
     touches the ledger failed once with EIO, at every position (``commands``: only those,
-    by name). Empty, with the reason printed, where ``strace`` cannot run."""
+    by name; ``evidence_only``: not the calls on derived files only, e.g. the payload
+    map). Empty, with the reason printed, where ``strace`` cannot run."""
     problem = fault_injection.strace_problem()
     if problem is not None:
         print(f"fault injection skipped: {problem}", file=sys.stderr)
@@ -295,7 +297,8 @@ def strace_trials(directory: Path, commands: tuple[str, ...] | None = None) -> l
     for command in fault_injection.COMMANDS:
         if commands is not None and command.name not in commands:
             continue
-        outcome = fault_injection.run_command(command, template, directory)
+        outcome = fault_injection.run_command(command, template, directory,
+                                              evidence_only=evidence_only)
         trials.append(Trial(
             f"strace EIO into {command.name}",
             f"{len(fault_injection.SYSCALLS)} system calls, every position on a ledger "
