@@ -57,7 +57,7 @@ from evidence_ledger.tlog.proof_verify import ProofError, verify_consistency
 from evidence_ledger.tlog.proofs import ConsistencyProof, InclusionProof, Prover
 from evidence_ledger.tlog.verified_nodes import VerifiedNodes
 
-__all__ = ["CheckedProofs", "prove_consistency_checked", "prove_inclusion_checked"]
+__all__ = ["CheckedProofs", "prove_consistency_checked"]
 
 _T = TypeVar("_T")
 _U64 = 8
@@ -428,17 +428,6 @@ def _anchor_phrase(base: RecordedRoot | None, anchor: RecordedRoot, why: str | N
 
 def _parse(stored: StoredCheckpoint) -> Checkpoint:
     return parse_checkpoint(parse_note(stored.data).text)
-
-
-def prove_inclusion_checked(
-    ledger: Ledger | str | os.PathLike[str] | None,
-    index: int,
-    tree_size: int | None = None,
-    notice: Notice | None = None,
-) -> InclusionProof:
-    """One checked inclusion proof: ``CheckedProofs(ledger, notice=notice).inclusion(index,
-    tree_size)`` (see :meth:`CheckedProofs.inclusion`, which says what it raises)."""
-    return CheckedProofs(ledger, notice=notice).inclusion(index, tree_size)
 
 
 def prove_consistency_checked(
