@@ -44,6 +44,8 @@ Verbs::
     monitor_checkpoints(path, keys, origin)  follow a log's checkpoints; stop at a fork
     scan_sessions(store)                 a session store, for tool items out of order
     run_demo(directory)                  the approval-flow demo                 [agents]
+    core_in_use()                        "native core" (Rust, built where cargo was) or
+                                         "pure-Python core" (EVIDENCE_LEDGER_PURE=1 forces it)
 
 Keys are passed one way everywhere: signing keys as :class:`SigningKey`, verifier keys as
 C2SP strings (``name+hex8+base64``). Errors derive from :class:`LedgerError`, whose
@@ -76,6 +78,7 @@ _PUBLIC = {
     "report_bundle": "evidence_ledger.api.reports",
     "read_policy": "evidence_ledger.record.policy_file",
     "named_queries": "evidence_ledger.index.named",
+    "core_in_use": "evidence_ledger.format.core",
     # errors
     "LedgerError": "evidence_ledger.format.errors",
     "EvidenceError": "evidence_ledger.format.errors",
@@ -144,6 +147,7 @@ __all__ = [
     "WitnessServer",
     "__version__",
     "check_witnesses",
+    "core_in_use",
     "monitor_checkpoints",
     "named_queries",
     "read_policy",
