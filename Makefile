@@ -4,11 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint reliability fuzz bench clean
+.PHONY: demo test test-fast test-pure lint reliability fuzz bench clean
 
 # uv (from PyPI) installs the project, editable, and its dependencies through the same build
-# backend and resolution as pip, in about a tenth of pip's time on a fresh machine.
-$(STAMP): pyproject.toml
+# backend and resolution as pip, in about a tenth of pip's time on a fresh machine. The build
+# compiles the native core (ledger/_native/, Rust) where cargo exists: a change to the crate
+# installs again.
+$(STAMP): pyproject.toml ledger/_native/Cargo.toml $(wildcard ledger/_native/src/*.rs)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[dev]"
@@ -40,12 +42,18 @@ test: lint
 test-fast: lint
 	OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -n 2 -m "not release_matrix"
 
+## test-pure: the fast suite once more with the pure-Python core forced (where the native
+## core is built, make test runs on it; the parity tests run both either way)
+test-pure: $(STAMP)
+	EVIDENCE_LEDGER_PURE=1 OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -n 2 -m "not release_matrix"
+
 ## reliability: SIGKILL 200 times, inject I/O faults, 4 concurrent writers; print the table
 reliability: $(STAMP)
 	$(BIN)/python -m benchmarks.reliability
 
 ## fuzz: 10^5 mutated inputs into every parser (table: internal errors, hangs, peak RSS),
-## then the parser property tests at 10^4 inputs each (make test runs 10^3)
+## then the parser property tests at 10^4 inputs each (make test runs 10^3), among them
+## the native core's entry points against the pure-Python reference (tests/test_native_core.py)
 fuzz: $(STAMP)
 	$(BIN)/python -m benchmarks.fuzz_table --inputs 100000
 	FUZZ_EXAMPLES=10000 OPENAI_AGENTS_DISABLE_TRACING=1 $(BIN)/pytest -q -n 2 -m "not release_matrix" -k fuzz

@@ -54,7 +54,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"evidence-ledger {el.__version__}")
+        typer.echo(f"evidence-ledger {el.__version__} ({el.core_in_use()})")
         raise typer.Exit(0)
 
 
@@ -63,7 +63,8 @@ def _root(
     verbose: Annotated[bool, typer.Option("--verbose", help="Show tracebacks on errors.")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True,
-                           help="Print the version and exit.")
+                           help="Print the version and the core in use (native or "
+                                "pure-Python), and exit.")
     ] = False,
 ) -> None:
     """Record agent evidence, verify it, and prove it to others."""

@@ -46,6 +46,8 @@ Verbs::
     run_demo(directory)                  the approval-flow demo                 [agents]
     migrate(directory, to=2)             rewrite a format-1 ledger's payload files into
                                          payload segments (log and checkpoints unchanged)
+    core_in_use()                        "native core" (Rust, built where cargo was) or
+                                         "pure-Python core" (EVIDENCE_LEDGER_PURE=1 forces it)
 
 Keys are passed one way everywhere: signing keys as :class:`SigningKey`, verifier keys as
 C2SP strings (``name+hex8+base64``). Errors derive from :class:`LedgerError`, whose
@@ -80,6 +82,7 @@ _PUBLIC = {
     "read_policy": "evidence_ledger.record.policy_file",
     "named_queries": "evidence_ledger.index.named",
     "migrate": "evidence_ledger.storage.migrate",
+    "core_in_use": "evidence_ledger.format.core",
     # errors
     "LedgerError": "evidence_ledger.format.errors",
     "EvidenceError": "evidence_ledger.format.errors",
@@ -152,6 +155,7 @@ __all__ = [
     "__version__",
     "check_witnesses",
     "migrate",
+    "core_in_use",
     "monitor_checkpoints",
     "named_queries",
     "read_policy",

@@ -9,6 +9,8 @@ import tempfile
 
 import pytest
 
+from .cores import CORES, use_core
+
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="evidence-ledger-test-cache-")
@@ -16,3 +18,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(os.environ["XDG_CACHE_HOME"], ignore_errors=True)
+
+
+@pytest.fixture(params=CORES)
+def core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test on the pure-Python reference, then on the native core (skipped where it
+    is not built, failed under CI=true): every name the core binds, also as the test
+    module imported it (``tests/cores.py``)."""
+    use_core(request.param, monkeypatch, request.module)
+    return str(request.param)

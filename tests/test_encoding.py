@@ -1,4 +1,5 @@
-"""Canonical MessagePack: one value, one byte form; everything else refused."""
+"""Canonical MessagePack: one value, one byte form; everything else refused (decoding on both
+cores where the native one is built: the ``core`` fixture)."""
 
 import msgpack
 import pytest
@@ -15,6 +16,7 @@ values = st.recursive(
 )
 
 
+@pytest.mark.usefixtures("core")
 @given(values)
 def test_round_trip_is_identity(value):
     data = encoding.encode(value)
@@ -22,11 +24,13 @@ def test_round_trip_is_identity(value):
     assert encoding.encode(encoding.decode(data)) == data
 
 
+@pytest.mark.usefixtures("core")
 def test_map_keys_sorted_by_encoded_bytes():
     # "b" (0xa1 0x62) sorts before "aa" (0xa2 ...) because the length prefix comes first
     assert list(encoding.decode(encoding.encode({"aa": 1, "b": 2}))) == ["b", "aa"]
 
 
+@pytest.mark.usefixtures("core")
 @pytest.mark.parametrize(
     "data, why",
     [
@@ -62,6 +66,7 @@ def test_encode_refuses(value):
         encoding.encode(value)
 
 
+@pytest.mark.usefixtures("core")
 @pytest.mark.parametrize("depth", [encoding.MAX_DEPTH + 1, 40, 500])
 def test_decode_refuses_what_encode_refuses_for_depth(depth):
     # deeper than MAX_DEPTH but within msgpack's own limit: decoded, then not re-encodable
@@ -70,11 +75,13 @@ def test_decode_refuses_what_encode_refuses_for_depth(depth):
         encoding.decode(data)
 
 
+@pytest.mark.usefixtures("core")
 def test_decode_takes_the_deepest_value_encode_makes():
     value = _nested(encoding.MAX_DEPTH - 1)
     assert encoding.decode(encoding.encode(value)) == value
 
 
+@pytest.mark.usefixtures("core")
 def test_deep_nesting_refused_without_crash():
     data = b"\x91" * 100_000 + b"\xc0"
     with pytest.raises(EncodingError):
@@ -93,6 +100,7 @@ def test_the_reused_packer_holds_nothing_back_after_a_value_it_refused():
         assert encoding.encode({"k": 1}) == msgpack.packb({"k": 1}, use_bin_type=True)
 
 
+@pytest.mark.usefixtures("core")
 def test_bytes_msgpack_refuses_without_a_message_are_named():
     # before: "not a MessagePack value: " (msgpack's FormatError has no message)
     with pytest.raises(EncodingError, match=r"^not a MessagePack value: FormatError$"):

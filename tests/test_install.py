@@ -3,6 +3,9 @@
 - ``pip install evidence-ledger`` (the base install): ``--version``, ``verify-proof``,
   ``verify-checkpoint`` and ``report --bundle`` work; ``demo`` exits 2 naming the
   ``agents`` extra; neither openai-agents, duckdb nor pyarrow is installed.
+- ``pip install .`` where ``PATH`` holds no ``cargo``: the optional native core is left out,
+  the install succeeds, and ``--version`` names the pure-Python core (where cargo is
+  there, the wheel holds the native core and ``--version`` says so).
 - ``pip install 'evidence-ledger[all]'``: ``--version`` and ``demo`` work, and the README
   quick start runs as written, in a directory that also holds folders named ``ledger/``
   (a real ledger made by ``demo``) and ``cli/``.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -94,7 +98,8 @@ def test_the_base_install_verifies_and_names_missing_extras(wheel, evidence, tmp
     cli = str(bin_dir / "evidence-ledger")
     version = _checked([str(bin_dir / "python"), "-c",
                         "import evidence_ledger as el; print(el.__version__)"]).strip()
-    assert _checked([cli, "--version"], tmp_path) == f"evidence-ledger {version}\n"
+    core = "native core" if shutil.which("cargo") else "pure-Python core"
+    assert _checked([cli, "--version"], tmp_path) == f"evidence-ledger {version} ({core})\n"
     proof = json.loads(_checked([cli, "verify-proof", evidence["bundle"], "--verifier-key",
                                  evidence["vkey"], "--json"], tmp_path))
     assert proof["selection"] == {"mode": "run", "run_id": "r1", "call_id": None}
@@ -112,6 +117,24 @@ def test_the_base_install_verifies_and_names_missing_extras(wheel, evidence, tmp
                            "(openai-agents is not installed): "
                            "pip install 'openai-agents<0.25,>=0.20.0' "
                            "(or install this project with [agents])\n")
+
+
+def test_an_install_without_cargo_runs_the_pure_core(tmp_path):
+    bin_dir = cached_venv(VENVS / "no-cargo", _requirements(()), editable=False)
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                           if d and not (Path(d) / "cargo").exists())
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CARGO")}
+    done = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
+                           "--no-deps", "--force-reinstall", str(ROOT)],
+                          capture_output=True, text=True, env={**env, "PATH": path},
+                          check=False, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _checked([str(bin_dir / "evidence-ledger"), "--version"], tmp_path).endswith(
+        " (pure-Python core)\n")
+    shipped = Path(_checked([str(bin_dir / "python"), "-c",
+                             "import evidence_ledger._native as n; print(n.__path__[0])"]).strip())
+    assert sorted(p.name for p in shipped.iterdir() if p.name != "__pycache__") == [
+        "__init__.py", "_core.pyi"]
 
 
 def test_the_full_install_runs_the_demo_and_the_quick_start(wheel, tmp_path):

@@ -81,7 +81,7 @@ def test_the_version_is_one_string_in_one_place():
     assert project["project"]["dynamic"] == ["version"]
     attr = project["tool"]["setuptools"]["dynamic"]["version"]["attr"]
     assert attr == "evidence_ledger.__version__"
-    assert run_cli("--version").out == f"evidence-ledger {el.__version__}\n"
+    assert run_cli("--version").out == f"evidence-ledger {el.__version__} ({el.core_in_use()})\n"
 
 
 def test_importing_the_package_loads_nothing_optional():
@@ -94,7 +94,7 @@ def test_importing_the_package_loads_nothing_optional():
 
 def test_version_without_the_extras(tmp_path: Path):
     done = _without_extras("--version", cwd=tmp_path)
-    assert done.stdout == f"evidence-ledger {el.__version__}\n"
+    assert done.stdout == f"evidence-ledger {el.__version__} ({el.core_in_use()})\n"
     assert done.stderr.endswith("LOADED [] EXIT 0\n"), done.stderr
 
 

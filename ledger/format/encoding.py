@@ -21,6 +21,7 @@ from typing import Any
 
 import msgpack
 
+from evidence_ledger.format import core
 from evidence_ledger.format.errors import EncodingError
 
 MAX_DEPTH = 32
@@ -154,7 +155,7 @@ def _has_float(value: Any) -> bool:
     return False
 
 
-def decode(data: bytes, *, schema_checked: bool = False) -> Any:
+def decode_reference(data: bytes, *, schema_checked: bool = False) -> Any:
     """Decode canonical MessagePack ``data`` and prove it is canonical.
 
     Map keys are checked for canonical order while parsing; the value is then re-encoded
@@ -199,4 +200,25 @@ def decode(data: bytes, *, schema_checked: bool = False) -> Any:
     if again != data:
         raise EncodingError("not the canonical encoding of its value")
     return value
+
+
+_compiled: Any = core.compiled
+
+
+def decode_native(data: bytes, *, schema_checked: bool = False) -> Any:
+    """:func:`decode_reference` on the native core.
+
+    The compiled decoder accepts exactly what the reference accepts without
+    ``schema_checked`` (with it, a subset), giving the same value; whatever it refuses goes
+    to the reference, which raises its own error (or, with ``schema_checked``, may return
+    the value), so errors and their messages are the reference's.
+    """
+    try:
+        return _compiled.decode(data)
+    except (_compiled.NotCanonical, TypeError):  # TypeError: a buffer that is not bytes
+        return decode_reference(data, schema_checked=schema_checked)
+
+
+decode = decode_reference if core.native is None else decode_native
+"""Decode canonical MessagePack: :func:`decode_reference`, on the core in use."""
 

@@ -13,7 +13,8 @@ the last complete group are a *torn tail* (a crash mid-append, or a zero-filled 
 a frame header that fails its CRC is :class:`Damage`, and nothing after it can be read.
 
 No other module knows this layout. :func:`split_frames` parses the frames in a buffer
-(the only frame parser); on it are built :func:`scan_stream` (a whole log, as records,
+(the only frame parser; on the native core where it is built, see
+:mod:`evidence_ledger.format.core`); on it are built :func:`scan_stream` (a whole log, as records,
 damage and torn tail: every reader's view), :func:`read_frame` (one frame at a byte
 offset of an open file, by positioned reads) and any faster pass that wants only the
 records' bytes (:func:`evidence_ledger.storage.log_proofs.log_leaf_hashes`).
@@ -28,8 +29,9 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
+from evidence_ledger.format import core
 from evidence_ledger.format.errors import StorageError
 
 MORE_FLAG = 0x8000_0000
@@ -151,7 +153,7 @@ def frame(data: bytes, more: bool) -> bytes:
     return word_bytes + _CRC.pack(zlib.crc32(word_bytes)) + data + _CRC.pack(zlib.crc32(data))
 
 
-def split_frames(buf: bytes, start: int = 0, limit: int | None = None) -> FrameRun:
+def split_frames_reference(buf: bytes, start: int = 0, limit: int | None = None) -> FrameRun:
     """Parse the frames in ``buf`` from offset ``start`` (the frame parser of the log).
 
     Every frame that begins before offset ``limit`` (default ``len(buf)``) and that
@@ -193,6 +195,19 @@ def split_frames(buf: bytes, start: int = 0, limit: int | None = None) -> FrameR
         if not word & MORE_FLAG:
             groups, group_end = len(records), pos
     return FrameRun(records, bad, groups, group_end, pos, need, problem)
+
+
+_compiled: Any = core.compiled
+
+
+def split_frames_native(buf: bytes, start: int = 0, limit: int | None = None) -> FrameRun:
+    """:func:`split_frames_reference` on the native core (``start`` >= 0, ``limit`` within
+    64 bits; :data:`evidence_ledger.format.core.compiled` must be set)."""
+    return FrameRun._make(_compiled.split_frames(buf, start, limit))
+
+
+split_frames = split_frames_reference if core.native is None else split_frames_native
+"""The frame parser of the log: :func:`split_frames_reference`, on the core in use."""
 
 
 def scan_stream(fh: BinaryIO, size: int, offset: int = 0, index: int = 0) -> Iterator[ScanItem]:

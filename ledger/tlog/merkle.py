@@ -6,12 +6,18 @@
 
 :class:`CompactRange` computes the root hash of a growing tree in O(log n) memory,
 appending in O(1) amortised hashes, without keeping the leaves.
+
+:func:`leaf_hash`, :func:`node_hash` and :func:`root_of_leaves` run on the native core where
+it is built (:mod:`evidence_ledger.format.core`); the ``*_reference`` functions are the
+pure-Python reference they are tested against.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+
+from evidence_ledger.format import core
 
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
@@ -19,14 +25,20 @@ HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 
 
-def leaf_hash(data: bytes) -> bytes:
+def leaf_hash_reference(data: bytes) -> bytes:
     """RFC 9162 §2.1.1 leaf hash of ``data`` (32 bytes)."""
     return hashlib.sha256(LEAF_PREFIX + data).digest()
 
 
-def node_hash(left: bytes, right: bytes) -> bytes:
+def node_hash_reference(left: bytes, right: bytes) -> bytes:
     """RFC 9162 §2.1.1 interior node hash of two 32-byte children (32 bytes)."""
     return hashlib.sha256(NODE_PREFIX + left + right).digest()
+
+
+leaf_hash = leaf_hash_reference if core.native is None else core.native.leaf_hash
+"""RFC 9162 leaf hash: :func:`leaf_hash_reference`, on the core in use."""
+node_hash = node_hash_reference if core.native is None else core.native.node_hash
+"""RFC 9162 interior node hash: :func:`node_hash_reference`, on the core in use."""
 
 
 class CompactRange:
@@ -101,3 +113,24 @@ def root_of_range(node: Callable[[int, int], bytes], lo: int, hi: int) -> bytes:
     for peak in reversed(peaks[:-1]):
         root = node_hash(peak, root)
     return root
+
+
+def root_of_leaves_reference(leaves: Iterable[bytes]) -> bytes:
+    """MTH (RFC 9162 §2.1.1) of the tree whose leaf hashes are ``leaves`` (32 bytes each),
+    in O(log n) memory; SHA-256("") when there are none.
+
+    Raises:
+        ValueError: if a leaf hash is not 32 bytes.
+    """
+    tree = CompactRange()
+    for leaf in leaves:
+        if not isinstance(leaf, bytes) or len(leaf) != HASH_SIZE:
+            raise ValueError("a leaf hash is not 32 bytes")
+        tree.append(leaf)
+    return tree.root()
+
+
+root_of_leaves = (
+    root_of_leaves_reference if core.native is None else core.native.root_of_leaves
+)
+"""MTH of a sequence of leaf hashes: :func:`root_of_leaves_reference`, on the core in use."""

@@ -1,0 +1,22 @@
+//! The native core of evidence_ledger: frame scan, canonical MessagePack decode, entry and
+//! leaf hashing, interior hashing and tree roots. Each entry point mirrors a pure-Python
+//! function (named in its doc) and is held to it by the parity and property tests.
+#![forbid(unsafe_code)]
+
+mod frames;
+mod merkle;
+mod msgpack;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(frames::split_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(msgpack::decode, m)?)?;
+    m.add("NotCanonical", m.py().get_type::<msgpack::NotCanonical>())?;
+    m.add_function(wrap_pyfunction!(merkle::entry_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(merkle::leaf_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(merkle::node_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(merkle::root_of_leaves, m)?)?;
+    Ok(())
+}
