@@ -6,10 +6,14 @@ dependencies and ``query`` extra (read from ``pyproject.toml``) with
 ``openai-agents==<version>`` (by ``uv pip install`` when the running environment has ``uv``,
 the ``dev`` extra's: it downloads in parallel and links from its cache, minutes less for the
 matrix's venvs on a fresh machine; else ``pip install``), then the project itself with ``pip
-install --no-deps -e <repo>``. A ``.installed`` marker listing the requirements and the SHA-256 of
-pyproject.toml, written after a successful install, makes later calls return at once; a
-venv without it (half built) or with other requirements is removed and built again, and
-one whose pyproject.toml changed only gets the project reinstalled.
+install --no-deps -e <repo>`` with no ``cargo`` on ``PATH``: the optional native core is not
+built again (24 s a venv, measured), and the editable install imports the one ``make`` built
+in the checkout (``ledger/_native/``), if any.
+
+A ``.installed`` marker listing the requirements and the SHA-256 of pyproject.toml, written
+after a successful install, makes later calls return at once; a venv without it (half built)
+or with other requirements is removed and built again, and one whose pyproject.toml changed
+only gets the project reinstalled.
 
 Also runnable: ``python tests/sdk_venvs.py 0.20.0 0.22.3`` builds those venvs.
 """
@@ -74,26 +78,35 @@ def _built(venv: Path, requirements: list[str], editable: bool) -> Path:
     project = f"project {digest}" if editable else "project not installed"
     pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
     install = [*pip, "--no-deps", "-e", str(REPO_ROOT)]
+    no_cargo = {**os.environ, "PATH": path_without_cargo()}
     dependencies = ([UV, "pip", "install", "--quiet", "--python", str(bin_dir / "python")]
                     if UV.exists() else pip)
     recorded = marker.read_text("utf-8").splitlines() if marker.exists() else []
     if recorded[:-1] == requirements and (editable or recorded[-1:] == [project]):
         if recorded[-1:] != [project]:  # packaging changed: reinstall the project only
-            run_checked(install)
+            run_checked(install, no_cargo)
             marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
         return bin_dir
     shutil.rmtree(venv, ignore_errors=True)
     run_checked([sys.executable, "-m", "venv", str(venv)])
     run_checked([*dependencies, *requirements])
     if editable:
-        run_checked(install)
+        run_checked(install, no_cargo)
     marker.write_text("\n".join([*requirements, project]) + "\n", "utf-8")
     return bin_dir
 
 
-def run_checked(cmd: list[str]) -> None:
-    """Run ``cmd``; RuntimeError with the end of its output if it fails."""
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def path_without_cargo() -> str:
+    """This process's ``PATH`` less every folder holding a ``cargo``."""
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                           if d and not (Path(d) / "cargo").exists())
+
+
+def run_checked(cmd: list[str], env: dict[str, str] | None = None) -> None:
+    """Run ``cmd`` (in ``env``, default this process's); RuntimeError with the end of its
+    output if it fails."""
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-4000:]}")
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from .helpers import ingest, run_cli
-from .sdk_venvs import cached_venv
+from .sdk_venvs import cached_venv, path_without_cargo
 from .test_readme import quick_start
 
 pytestmark = pytest.mark.release_matrix
@@ -121,11 +121,15 @@ def test_the_base_install_verifies_and_names_missing_extras(wheel, evidence, tmp
 
 def test_an_install_without_cargo_runs_the_pure_core(tmp_path):
     bin_dir = cached_venv(VENVS / "no-cargo", _requirements(()), editable=False)
-    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
-                           if d and not (Path(d) / "cargo").exists())
+    path = path_without_cargo()
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CARGO")}
+    # a checkout as a user's would be: no build/ of an earlier install with cargo in it
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT, checkout, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".cache", ".*_cache", ".hypothesis", "build", "target", "*.so",
+        "*.egg-info", "__pycache__"))
     done = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet",
-                           "--no-deps", "--force-reinstall", str(ROOT)],
+                           "--no-deps", "--force-reinstall", str(checkout)],
                           capture_output=True, text=True, env={**env, "PATH": path},
                           check=False, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
