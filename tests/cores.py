@@ -33,6 +33,7 @@ DISPATCHED: list[tuple[ModuleType, str, Any, Any]] = [
     (framing, "split_frames", framing.split_frames_reference, framing.split_frames_native),
     (encoding, "decode", encoding.decode_reference, encoding.decode_native),
     (entries, "entry_hash", entries.entry_hash_reference, "entry_hash"),
+    (entries, "decode_entry", entries.decode_entry_reference, entries.decode_entry_native),
     (entries, "_unpack_checked", msgpack.unpackb, "decode"),
     (merkle, "leaf_hash", merkle.leaf_hash_reference, "leaf_hash"),
     (merkle, "node_hash", merkle.node_hash_reference, "node_hash"),

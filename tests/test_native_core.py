@@ -228,14 +228,95 @@ def entry_bytes(draw: st.DrawFn) -> bytes:
 def test_native_entry_decode_fuzz(data):
     with pytest.MonkeyPatch.context() as patch:
         use_core("reference", patch)
-        reference = _outcome(decode_entry, data), _outcome(entries.decode_checked, data)
+        reference = _outcome(entries.decode_entry, data), _outcome(entries.decode_checked, data)
         use_core("native", patch)
-        native = _outcome(decode_entry, data), _outcome(entries.decode_checked, data)
+        native = _outcome(entries.decode_entry, data), _outcome(entries.decode_checked, data)
     assert native[0] == reference[0], data.hex()
     if reference[0][0] == "value":  # decode_checked is only for bytes decode_entry took
         assert native[1] == reference[1]
     assert entries.entry_hash_reference(data) == compiled().entry_hash(data)
     assert merkle.leaf_hash_reference(data) == compiled().leaf_hash(data)
+
+
+_EDGES = [None, True, False, 0, 1, -1, 2**64 - 1, "", "x", "approve", "jcs", "add", "completed",
+          "enforce", "A" * 86 + "==", "A" * 85 + "-==", b"", bytes(31), bytes(32), bytes(33),
+          [], ["a"], [1], [bytes(32)], {}, {"a": 1}]
+_FIELD_VALUES = (
+    st.sampled_from(_EDGES) | values
+    | st.lists(st.fixed_dictionaries({name: st.none() for name in entries._INTERRUPTION})
+               | st.dictionaries(st.sampled_from(sorted(entries._INTERRUPTION)),
+                                 st.sampled_from(_EDGES), max_size=5), max_size=2)
+)
+"""Body and top-level values near the checks' edges: hashes of 31 to 33 bytes, scopes,
+enumerated words, signatures, interruption lists."""
+
+
+@st.composite
+def schema_mutated_entries(draw: st.DrawFn) -> bytes:
+    """A vector entry, canonical MessagePack still, with a field replaced, dropped or added,
+    or its kind changed: bytes that reach the schema checks."""
+    entry = msgpack.unpackb(draw(st.sampled_from(ENTRY_BYTES)))
+    target = entry["body"] if draw(st.booleans()) else entry
+    name = draw(st.sampled_from(sorted(target)))
+    change = draw(st.sampled_from(["replace", "replace", "drop", "add", "kind"]))
+    if change == "replace":
+        target[name] = draw(_FIELD_VALUES)
+    elif change == "drop":
+        del target[name]
+    elif change == "add":
+        target[draw(st.text(max_size=12))] = draw(_FIELD_VALUES)
+    else:
+        entry["kind"] = draw(st.sampled_from([*entries.KINDS, "nope"]))
+    return encoding.encode(entry)
+
+
+def _field_edits() -> list[bytes]:
+    """Every vector entry with each of its fields (top level and body) set to each edge
+    value in turn, or dropped, and with a field added: every check against every edge."""
+    out = []
+    for data in ENTRY_BYTES:
+        entry = msgpack.unpackb(data)
+        for target in (entry, entry["body"]):
+            for name in [*target, "extra"]:
+                before = target.get(name, _EDGES)
+                for value in [*_EDGES, _EDGES]:  # the list itself: drop the field
+                    if value is _EDGES:
+                        target.pop(name, None)
+                    else:
+                        target[name] = value
+                    out.append(encoding.encode(entry))
+                target.pop(name, None)
+                if before is not _EDGES:
+                    target[name] = before
+    return out
+
+
+def test_native_entry_checks_agree_on_every_field_edge():
+    edits = _field_edits()
+    with pytest.MonkeyPatch.context() as patch:
+        use_core("reference", patch)
+        reference = [_outcome(entries.decode_entry, data) for data in edits]
+        use_core("native", patch)
+        native = [_outcome(entries.decode_entry, data) for data in edits]
+        accepted = [_outcome(compiled().EntrySchema.decode, entries._native_schema, data)[0]
+                    for data in edits]
+    assert sum(r[0] == "value" for r in reference) > 100  # the edits reach every check
+    for data, ref, nat, acc in zip(edits, reference, native, accepted, strict=True):
+        assert (nat, acc == "value") == (ref, ref[0] == "value"), data.hex()
+
+
+@FUZZ
+@given(schema_mutated_entries())
+def test_native_entry_checks_fuzz(data):
+    with pytest.MonkeyPatch.context() as patch:
+        use_core("reference", patch)
+        reference = _outcome(entries.decode_entry, data)
+        use_core("native", patch)
+        native = _outcome(entries.decode_entry, data)
+        assert native == reference, data.hex()
+        # and the compiled check alone agrees on what it accepts
+        accepted = _outcome(compiled().EntrySchema.decode, entries._native_schema, data)
+    assert (accepted[0] == "value") == (reference[0] == "value"), data.hex()
 
 
 # -- frames -------------------------------------------------------------------------------

@@ -56,6 +56,10 @@ def _scope(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(s, str) for s in v)
 
 
+def _opt_scope(v: Any) -> bool:
+    return v is None or _scope(v)
+
+
 _BASE64_64 = re.compile(r"[A-Za-z0-9+/]{86}==")
 
 
@@ -68,13 +72,21 @@ def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def _one_of(*values: str | None) -> Check:
-    return lambda v: v in values
+class _OneOf:
+    """Check: the value is one of ``values``."""
 
+    def __init__(self, *values: str | None) -> None:
+        self.values = values
+
+    def __call__(self, v: Any) -> bool:
+        return v in self.values
+
+
+_one_of = _OneOf
 
 _INTERRUPTION = {
-    "call_id": _str, "tool": _opt_str, "agent": _opt_str,
-    "scope": lambda v: v is None or _scope(v), "args_digest": _opt_hash,
+    "call_id": _str, "tool": _opt_str, "agent": _opt_str, "scope": _opt_scope,
+    "args_digest": _opt_hash,
 }
 
 
@@ -312,7 +324,7 @@ def _header_problem(
     return next((message for ok, message in checks if not ok), "bad kind or body")
 
 
-def decode_entry(data: bytes) -> Entry:
+def decode_entry_reference(data: bytes) -> Entry:
     """Parse and check canonical entry bytes.
 
     Raises:
@@ -339,6 +351,49 @@ def decode_entry(data: bytes) -> Entry:
     for name in _MAP_FIELDS[kind]:
         _expect(_maps_in_order(body[name]), f"a map in {kind} body field {name!r} is out of order")
     return Entry(seq, prev, kind, time, body, tuple(refs))
+
+
+_CHECK_CODES: dict[Check, str] = {
+    _str: "str", _opt_str: "opt_str", _bool: "bool", _opt_bool: "opt_bool", _hash: "hash",
+    _opt_hash: "opt_hash", _scope: "scope", _opt_scope: "opt_scope", _signature: "signature",
+    _count: "count",
+}
+
+
+def _native_fields(fields: dict[str, Check]) -> list[tuple[str, str, Any]]:
+    """Body fields as the native core's ``EntrySchema`` takes them: (name, code, argument)."""
+    out: list[tuple[str, str, Any]] = []
+    for name, check in fields.items():
+        if isinstance(check, _OneOf):
+            out.append((name, "one_of", check.values))
+        elif check is _interruptions:
+            out.append((name, "maps", _native_fields(_INTERRUPTION)))
+        else:
+            out.append((name, _CHECK_CODES[check], None))
+    return out
+
+
+_native_schema: Any = (None if core.compiled is None else core.compiled.EntrySchema(
+    {kind: _native_fields(fields) for kind, fields in BODY_FIELDS.items()}, Entry))
+""":data:`BODY_FIELDS` and :class:`Entry` on the native core (None where it is not built)."""
+
+
+def decode_entry_native(data: bytes) -> Entry:
+    """:func:`decode_entry_reference` on the native core: the same entries accepted, the
+    same value; whatever it refuses goes to the reference, which raises its own error."""
+    try:
+        return _native_schema.decode(data)  # type: ignore[no-any-return]
+    except (core.compiled.NotCanonical, TypeError):  # TypeError: a buffer that is not bytes
+        return decode_entry_reference(data)
+
+
+decode_entry = decode_entry_reference if core.native is None else decode_entry_native
+"""Parse and check canonical entry bytes: :func:`decode_entry_reference`, on the core in use.
+
+Raises:
+    EncodingError: if the bytes are not canonical MessagePack, or the map lacks a field,
+        has an unknown one, or a field has the wrong type or length.
+"""
 
 
 def decode_checked(data: bytes) -> Entry:

@@ -24,7 +24,15 @@ pub fn split_frames<'py>(
     buf: &[u8],
     start: usize,
     limit: Option<i64>,
-) -> PyResult<(Bound<'py, PyList>, Vec<usize>, usize, usize, usize, usize, String)> {
+) -> PyResult<(
+    Bound<'py, PyList>,
+    Vec<usize>,
+    usize,
+    usize,
+    usize,
+    usize,
+    String,
+)> {
     let records = PyList::empty(py);
     let mut bad = Vec::new();
     let size = buf.len();

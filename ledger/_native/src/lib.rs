@@ -1,8 +1,10 @@
-//! The native core of evidence_ledger: frame scan, canonical MessagePack decode, entry and
+//! The native core of evidence_ledger: frame scan, canonical MessagePack decode, entry
+//! decoding and checking, entry and
 //! leaf hashing, interior hashing and tree roots. Each entry point mirrors a pure-Python
 //! function (named in its doc) and is held to it by the parity and property tests.
 #![forbid(unsafe_code)]
 
+mod entry;
 mod frames;
 mod merkle;
 mod msgpack;
@@ -13,6 +15,7 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(frames::split_frames, m)?)?;
     m.add_function(wrap_pyfunction!(msgpack::decode, m)?)?;
+    m.add_class::<entry::EntrySchema>()?;
     m.add("NotCanonical", m.py().get_type::<msgpack::NotCanonical>())?;
     m.add_function(wrap_pyfunction!(merkle::entry_hash, m)?)?;
     m.add_function(wrap_pyfunction!(merkle::leaf_hash, m)?)?;

@@ -40,7 +40,10 @@ pub fn node_hash<'py>(py: Python<'py>, left: &[u8], right: &[u8]) -> Bound<'py, 
 /// MTH of a sequence of 32-byte leaf hashes, folded as a compact range (O(log n) memory);
 /// SHA-256("") when empty. ValueError if a leaf hash is not 32 bytes.
 #[pyfunction]
-pub fn root_of_leaves<'py>(py: Python<'py>, leaves: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+pub fn root_of_leaves<'py>(
+    py: Python<'py>,
+    leaves: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyBytes>> {
     let mut peaks: Vec<Hash> = Vec::new();
     let mut size: u64 = 0;
     for leaf in leaves.try_iter()? {

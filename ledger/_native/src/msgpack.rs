@@ -12,7 +12,12 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
-create_exception!(_core, NotCanonical, PyValueError, "Bytes the canonical decoder refuses.");
+create_exception!(
+    _core,
+    NotCanonical,
+    PyValueError,
+    "Bytes the canonical decoder refuses."
+);
 
 const MAX_DEPTH: usize = 32;
 
@@ -52,7 +57,10 @@ impl<'a> Reader<'a> {
     }
 
     fn uint(&mut self, n: usize) -> Step<u64> {
-        Ok(self.take(n)?.iter().fold(0u64, |acc, b| acc << 8 | u64::from(*b)))
+        Ok(self
+            .take(n)?
+            .iter()
+            .fold(0u64, |acc, b| acc << 8 | u64::from(*b)))
     }
 
     /// A length of `n` bytes that a shorter header could not have held (`min` and up).
@@ -196,15 +204,21 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The value of canonical MessagePack `data`, or None where `encoding.decode(data)` refuses
+/// it; Err only for a Python error raised while building the value.
+pub fn decode_value<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let mut reader = Reader { data, pos: 0 };
+    match reader.value(py, 0) {
+        Ok(value) if reader.pos == data.len() => Ok(Some(value)),
+        Ok(_) | Err(Fail::Refused) => Ok(None),
+        Err(Fail::Python(err)) => Err(err),
+    }
+}
+
 /// Decode canonical MessagePack `data` into None, bool, int, str, bytes, list and dict
 /// (keys in the order read). Raises `NotCanonical` for any bytes that
 /// `encoding.decode(data)` refuses.
 #[pyfunction]
 pub fn decode<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    let mut reader = Reader { data, pos: 0 };
-    match reader.value(py, 0) {
-        Ok(value) if reader.pos == data.len() => Ok(value),
-        Ok(_) | Err(Fail::Refused) => Err(NotCanonical::new_err(())),
-        Err(Fail::Python(err)) => Err(err),
-    }
+    decode_value(py, data)?.ok_or_else(|| NotCanonical::new_err(()))
 }
