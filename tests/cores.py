@@ -38,6 +38,7 @@ DISPATCHED: list[tuple[ModuleType, str, Any, Any]] = [
     (merkle, "leaf_hash", merkle.leaf_hash_reference, "leaf_hash"),
     (merkle, "node_hash", merkle.node_hash_reference, "node_hash"),
     (merkle, "root_of_leaves", merkle.root_of_leaves_reference, "root_of_leaves"),
+    (merkle, "CompactRange", merkle.CompactRangeReference, "CompactRange"),
 ]
 """(module, name, reference, native) for every name :mod:`evidence_ledger.format.core`
 binds at import; native is a Python wrapper, or the name of a compiled function."""

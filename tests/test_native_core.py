@@ -374,3 +374,35 @@ def test_native_hashes_fuzz(data, other, leaves):
 def test_native_root_of_leaves_refuses_as_the_reference(leaves):
     assert _outcome(compiled().root_of_leaves, leaves) == _outcome(
         merkle.root_of_leaves_reference, leaves)
+
+
+def _range_trace(cls: Any, start: tuple[int, list[bytes]] | None, leaves: list[Any]) -> list:
+    """What a compact range of ``cls`` shows along the way: after each append (or its
+    error), its size, peaks and root."""
+    made = _outcome(cls.from_peaks, *start) if start is not None else ("value", "")
+    if made[0] == "error":
+        return [made]
+    tree = cls() if start is None else cls.from_peaks(*start)
+    trace = []
+    for leaf in leaves:
+        trace.append((_outcome(tree.append, leaf)[0], tree.size, tree.peaks, tree.root()))
+    return trace
+
+
+@FUZZ
+@given(st.none() | st.tuples(st.integers(-2, 2**64 - 1),
+                             st.lists(st.binary(min_size=31, max_size=33), max_size=4)),
+       st.lists(st.binary(min_size=32, max_size=32) | st.binary(max_size=33) | st.none(),
+                max_size=40))
+def test_native_compact_range_fuzz(start, leaves):
+    assert _range_trace(compiled().CompactRange, start, leaves) == _range_trace(
+        merkle.CompactRangeReference, start, leaves)
+
+
+def test_native_compact_range_from_peaks_round_trip():
+    leaves = [bytes([i]) * 32 for i in range(21)]
+    tree = compiled().CompactRange()
+    for leaf in leaves:
+        tree.append(leaf)
+    again = compiled().CompactRange.from_peaks(tree.size, tree.peaks)
+    assert (again.size, again.root()) == (21, merkle.root_of_leaves_reference(leaves))

@@ -84,7 +84,7 @@ class _OneOf:
 
 _one_of = _OneOf
 
-_INTERRUPTION = {
+_INTERRUPTION: dict[str, Check] = {
     "call_id": _str, "tool": _opt_str, "agent": _opt_str, "scope": _opt_scope,
     "args_digest": _opt_hash,
 }
@@ -373,6 +373,7 @@ def _native_fields(fields: dict[str, Check]) -> list[tuple[str, str, Any]]:
     return out
 
 
+_compiled: Any = core.compiled
 _native_schema: Any = (None if core.compiled is None else core.compiled.EntrySchema(
     {kind: _native_fields(fields) for kind, fields in BODY_FIELDS.items()}, Entry))
 """:data:`BODY_FIELDS` and :class:`Entry` on the native core (None where it is not built)."""
@@ -382,8 +383,8 @@ def decode_entry_native(data: bytes) -> Entry:
     """:func:`decode_entry_reference` on the native core: the same entries accepted, the
     same value; whatever it refuses goes to the reference, which raises its own error."""
     try:
-        return _native_schema.decode(data)  # type: ignore[no-any-return]
-    except (core.compiled.NotCanonical, TypeError):  # TypeError: a buffer that is not bytes
+        return _native_schema.decode(data)
+    except (_compiled.NotCanonical, TypeError):  # TypeError: a buffer that is not bytes
         return decode_entry_reference(data)
 
 

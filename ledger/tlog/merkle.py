@@ -7,15 +7,17 @@
 :class:`CompactRange` computes the root hash of a growing tree in O(log n) memory,
 appending in O(1) amortised hashes, without keeping the leaves.
 
-:func:`leaf_hash`, :func:`node_hash` and :func:`root_of_leaves` run on the native core where
-it is built (:mod:`evidence_ledger.format.core`); the ``*_reference`` functions are the
-pure-Python reference they are tested against.
+:func:`leaf_hash`, :func:`node_hash`, :func:`root_of_leaves` and :class:`CompactRange` run on
+the native core where it is built (:mod:`evidence_ledger.format.core`); the ``*_reference``
+functions and :class:`CompactRangeReference` are the pure-Python reference they are tested
+against.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from evidence_ledger.format import core
 
@@ -41,7 +43,7 @@ node_hash = node_hash_reference if core.native is None else core.native.node_has
 """RFC 9162 interior node hash: :func:`node_hash_reference`, on the core in use."""
 
 
-class CompactRange:
+class CompactRangeReference:
     """The perfect subtrees covering leaves ``[0, size)``, largest first.
 
     ``root()`` folds them right to left, which equals MTH(D[0:size]) because RFC 9162
@@ -53,7 +55,7 @@ class CompactRange:
         self._peaks: list[bytes] = []  # one hash per set bit of size, highest bit first
 
     @classmethod
-    def from_peaks(cls, size: int, peaks: Sequence[bytes]) -> CompactRange:
+    def from_peaks(cls, size: int, peaks: Sequence[bytes]) -> CompactRangeReference:
         """The range of ``size`` leaves whose perfect subtrees, largest first, hash to
         ``peaks`` (as :attr:`peaks` gives them), to append more leaves to.
 
@@ -73,7 +75,13 @@ class CompactRange:
         return tuple(self._peaks)
 
     def append(self, leaf: bytes) -> None:
-        """Add one leaf hash (32 bytes) at index ``size``."""
+        """Add one leaf hash (32 bytes) at index ``size``.
+
+        Raises:
+            ValueError: if ``leaf`` is not 32 bytes.
+        """
+        if type(leaf) is not bytes or len(leaf) != HASH_SIZE:
+            raise ValueError("a leaf hash is not 32 bytes")
         node = leaf
         size = self.size
         while size & 1:
@@ -90,6 +98,13 @@ class CompactRange:
         for peak in reversed(self._peaks[:-1]):
             node = node_hash(peak, node)
         return node
+
+
+if TYPE_CHECKING:  # one type for both: the native class has the reference's methods
+    CompactRange = CompactRangeReference
+else:
+    CompactRange = CompactRangeReference if core.native is None else core.native.CompactRange
+"""RFC 9162 compact range: :class:`CompactRangeReference`, on the core in use."""
 
 
 def root_of_range(node: Callable[[int, int], bytes], lo: int, hi: int) -> bytes:
@@ -122,10 +137,8 @@ def root_of_leaves_reference(leaves: Iterable[bytes]) -> bytes:
     Raises:
         ValueError: if a leaf hash is not 32 bytes.
     """
-    tree = CompactRange()
+    tree = CompactRangeReference()
     for leaf in leaves:
-        if not isinstance(leaf, bytes) or len(leaf) != HASH_SIZE:
-            raise ValueError("a leaf hash is not 32 bytes")
         tree.append(leaf)
     return tree.root()
 

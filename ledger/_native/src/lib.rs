@@ -21,5 +21,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merkle::leaf_hash, m)?)?;
     m.add_function(wrap_pyfunction!(merkle::node_hash, m)?)?;
     m.add_function(wrap_pyfunction!(merkle::root_of_leaves, m)?)?;
+    m.add_class::<merkle::CompactRange>()?;
     Ok(())
 }
