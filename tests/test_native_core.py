@@ -298,7 +298,7 @@ def test_native_entry_checks_agree_on_every_field_edge():
         reference = [_outcome(entries.decode_entry, data) for data in edits]
         use_core("native", patch)
         native = [_outcome(entries.decode_entry, data) for data in edits]
-        accepted = [_outcome(compiled().EntrySchema.decode, entries._native_schema, data)[0]
+        accepted = [_outcome(compiled().EntrySchema.decode, entries.native_schema, data)[0]
                     for data in edits]
     assert sum(r[0] == "value" for r in reference) > 100  # the edits reach every check
     for data, ref, nat, acc in zip(edits, reference, native, accepted, strict=True):
@@ -315,7 +315,7 @@ def test_native_entry_checks_fuzz(data):
         native = _outcome(entries.decode_entry, data)
         assert native == reference, data.hex()
         # and the compiled check alone agrees on what it accepts
-        accepted = _outcome(compiled().EntrySchema.decode, entries._native_schema, data)
+        accepted = _outcome(compiled().EntrySchema.decode, entries.native_schema, data)
     assert (accepted[0] == "value") == (reference[0] == "value"), data.hex()
 
 

@@ -374,7 +374,7 @@ def _native_fields(fields: dict[str, Check]) -> list[tuple[str, str, Any]]:
 
 
 _compiled: Any = core.compiled
-_native_schema: Any = (None if core.compiled is None else core.compiled.EntrySchema(
+native_schema: Any = (None if core.compiled is None else core.compiled.EntrySchema(
     {kind: _native_fields(fields) for kind, fields in BODY_FIELDS.items()}, Entry))
 """:data:`BODY_FIELDS` and :class:`Entry` on the native core (None where it is not built)."""
 
@@ -383,7 +383,7 @@ def decode_entry_native(data: bytes) -> Entry:
     """:func:`decode_entry_reference` on the native core: the same entries accepted, the
     same value; whatever it refuses goes to the reference, which raises its own error."""
     try:
-        return _native_schema.decode(data)
+        return native_schema.decode(data)
     except (_compiled.NotCanonical, TypeError):  # TypeError: a buffer that is not bytes
         return decode_entry_reference(data)
 

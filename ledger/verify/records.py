@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from evidence_ledger.format.digests import PayloadStatus
-from evidence_ledger.format.entries import PAYLOAD_FIELDS, ZERO_HASH, decode_entry, entry_hash
+from evidence_ledger.format.entries import PAYLOAD_FIELDS, ZERO_HASH, Entry, decode_entry
 from evidence_ledger.format.errors import EncodingError, UsageError
 from evidence_ledger.format.framing import Damage, Record, ScanItem, TornTail
 from evidence_ledger.tlog import merkle
+from evidence_ledger.tlog.entry_batch import read_entries
 from evidence_ledger.verify.findings import (
     GUARD_RULES,
     INTEGRITY,
@@ -31,6 +32,8 @@ from evidence_ledger.verify.rules import CallKey, CallState, RuleEngine
 from evidence_ledger.verify.spill import Spill, SpilledHashes
 
 REPORT_FORMAT_VERSION = 1
+BATCH = 1024
+"""Records read (hashed and decoded) in one call before they are checked in order."""
 
 
 @dataclass
@@ -138,33 +141,20 @@ def verify_records(
     def broken(seq: int | None, detail: str) -> None:
         integrity.append(Finding(INTEGRITY, seq, detail))
 
-    for item in items:
-        if isinstance(item, TornTail):
-            after = f"after seq {tree.size - 1}" if tree.size else "before the first entry"
-            report.notices.append(
-                f"torn tail: {item.length} bytes at offset {item.offset}, {after} (a crash "
-                "mid-append; the next writer cuts it back and keeps the bytes in torn/)"
-            )
-            continue
-        if isinstance(item, Damage):
-            broken(item.index, f"{item.reason}; nothing after offset {item.offset} can be read")
-            continue
-        assert isinstance(item, Record)
+    def check(item: Record, entry: Entry | None, this_hash: bytes) -> None:
+        nonlocal prev, prev_broken
         seq = item.index
-        tree.append(merkle.leaf_hash(item.data))
-        if tree.size in wanted:
-            report.roots[tree.size] = tree.root()
-        this_hash = entry_hash(item.data)
         damaged = not item.crc_ok
         if damaged:
             broken(seq, "record fails its CRC-32 (bytes changed)")
-        try:
-            entry = decode_entry(item.data)
-        except EncodingError as exc:
+        if entry is None:
             if not damaged:
-                broken(seq, f"entry does not decode: {exc}")
+                try:
+                    decode_entry(item.data)  # for the reason it refuses the bytes
+                except EncodingError as exc:
+                    broken(seq, f"entry does not decode: {exc}")
             prev, prev_broken = this_hash, True
-            continue
+            return
         if entry.seq != seq:
             broken(seq, f"entry says seq {entry.seq}, it stands at {seq}")
         elif entry.prev != prev and not prev_broken and not damaged:
@@ -192,6 +182,34 @@ def verify_records(
             engine.feed(entry)
             if guard is not None:
                 guard.feed(entry, this_hash)
+
+    def flush() -> None:
+        if not batch:
+            return
+        for item, (entry, this_hash) in zip(
+                batch, read_entries([r.data for r in batch], tree), strict=True):
+            check(item, entry, this_hash)
+        if tree.size in wanted:
+            report.roots[tree.size] = tree.root()
+        batch.clear()
+
+    batch: list[Record] = []  # records read, not yet checked: up to BATCH, cut at a wanted root
+    for item in items:
+        if isinstance(item, Record):
+            batch.append(item)
+            if len(batch) >= BATCH or item.index + 1 in wanted:
+                flush()
+            continue
+        flush()
+        if isinstance(item, TornTail):
+            after = f"after seq {tree.size - 1}" if tree.size else "before the first entry"
+            report.notices.append(
+                f"torn tail: {item.length} bytes at offset {item.offset}, {after} (a crash "
+                "mid-append; the next writer cuts it back and keeps the bytes in torn/)"
+            )
+        elif isinstance(item, Damage):
+            broken(item.index, f"{item.reason}; nothing after offset {item.offset} can be read")
+    flush()
 
     if erasing:
         report.notices.append(

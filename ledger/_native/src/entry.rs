@@ -3,7 +3,8 @@
 //! An `EntrySchema` is built once from the Python side's description of every kind's body
 //! fields (`entries.BODY_FIELDS`, as `entries.native_schema` writes it), so the fields and
 //! their checks have one source. `decode` runs the canonical decoder, then the top-level and
-//! body checks, and returns the entry as the Python side's `Entry` named tuple. A refusal
+//! body checks, and returns the entry as the Python side's `Entry` named tuple (its field
+//! names interned and made once: see `msgpack::KeyCache`). A refusal
 //! raises `NotCanonical` with no reason: the Python side asks the reference for its message.
 //!
 //! Key order needs no check of its own: the canonical decoder takes map keys only in
@@ -16,7 +17,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
-use crate::msgpack::{self, NotCanonical};
+use crate::msgpack::{self, KeyCache, NotCanonical};
 
 const FORMAT_VERSION: i64 = 1;
 
@@ -62,7 +63,8 @@ fn parse_fields(spec: &Bound<'_, PyAny>) -> PyResult<Fields> {
     let mut out = Vec::new();
     for item in spec.try_iter()? {
         let (name, code, arg): (Bound<'_, PyString>, String, Bound<'_, PyAny>) = item?.extract()?;
-        out.push((name.unbind(), parse_check(&code, &arg)?));
+        let name = PyString::intern(name.py(), name.to_str()?).unbind();
+        out.push((name, parse_check(&code, &arg)?));
     }
     Ok(out)
 }
@@ -149,11 +151,46 @@ pub struct EntrySchema {
     top: [Py<PyString>; 7],
     entry_type: Py<PyType>,
     tuple_new: Py<PyAny>,
+    keys: KeyCache,
+}
+
+/// `name`, by its encoding, in `keys`.
+fn cache_name(py: Python<'_>, name: &Py<PyString>, keys: &mut KeyCache) -> PyResult<()> {
+    let text = name.bind(py).to_str()?;
+    if let Ok(length @ 0..=31) = u8::try_from(text.len()) {
+        let mut encoded = vec![0xa0 | length];
+        encoded.extend_from_slice(text.as_bytes());
+        keys.insert(encoded, name.clone_ref(py));
+    }
+    Ok(())
+}
+
+/// Every field name of `fields` (and of the maps inside) in `keys`.
+fn cache_fields(py: Python<'_>, fields: &Fields, keys: &mut KeyCache) -> PyResult<()> {
+    for (name, check) in fields {
+        cache_name(py, name, keys)?;
+        if let Check::Maps(inner) = check {
+            cache_fields(py, inner, keys)?;
+        }
+    }
+    Ok(())
 }
 
 impl EntrySchema {
+    /// The entry `data` holds, or None where the reference refuses it.
+    pub fn entry<'py>(&self, py: Python<'py>, data: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.check(py, data) {
+            Some(fields) => Ok(Some(
+                self.tuple_new
+                    .bind(py)
+                    .call1((self.entry_type.bind(py), fields))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
     fn check<'py>(&self, py: Python<'py>, data: &[u8]) -> Option<Bound<'py, PyTuple>> {
-        let value = msgpack::decode_value(py, data).ok()??;
+        let value = msgpack::decode_value(py, data, Some(&self.keys)).ok()??;
         let map = value.cast::<PyDict>().ok()?;
         if map.len() != 7 {
             return None;
@@ -214,11 +251,19 @@ impl EntrySchema {
         let top = ["v", "seq", "body", "kind", "prev", "refs", "time"]
             .map(|n| PyString::intern(py, n).unbind());
         let tuple_new = py.get_type::<PyTuple>().getattr("__new__")?.unbind();
+        let mut keys = KeyCache::new();
+        for name in &top {
+            cache_name(py, name, &mut keys)?;
+        }
+        for fields in parsed.values() {
+            cache_fields(py, fields, &mut keys)?;
+        }
         Ok(EntrySchema {
             kinds: parsed,
             top,
             entry_type: entry_type.unbind(),
             tuple_new,
+            keys,
         })
     }
 

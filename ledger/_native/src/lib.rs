@@ -4,6 +4,7 @@
 //! function (named in its doc) and is held to it by the parity and property tests.
 #![forbid(unsafe_code)]
 
+mod batch;
 mod entry;
 mod frames;
 mod merkle;
@@ -22,5 +23,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merkle::node_hash, m)?)?;
     m.add_function(wrap_pyfunction!(merkle::root_of_leaves, m)?)?;
     m.add_class::<merkle::CompactRange>()?;
+    m.add_function(wrap_pyfunction!(batch::read_entries, m)?)?;
     Ok(())
 }

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple, PyType};
 use sha2::{Digest, Sha256};
 
-type Hash = [u8; 32];
+pub type Hash = [u8; 32];
 
 fn node(left: &[u8], right: &[u8]) -> Hash {
     let mut h = Sha256::new();
@@ -22,13 +22,18 @@ pub fn entry_hash<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &Sha256::digest(data))
 }
 
-/// SHA-256(0x00 || data) (32 bytes).
-#[pyfunction]
-pub fn leaf_hash<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+/// SHA-256(0x00 || data).
+pub fn leaf(data: &[u8]) -> Hash {
     let mut h = Sha256::new();
     h.update([0u8]);
     h.update(data);
-    PyBytes::new(py, &h.finalize())
+    h.finalize().into()
+}
+
+/// SHA-256(0x00 || data) (32 bytes).
+#[pyfunction]
+pub fn leaf_hash<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &leaf(data))
 }
 
 /// SHA-256(0x01 || left || right) (32 bytes; the children's lengths are not checked).
@@ -40,13 +45,13 @@ pub fn node_hash<'py>(py: Python<'py>, left: &[u8], right: &[u8]) -> Bound<'py, 
 /// The perfect subtrees covering leaves `[0, size)`, largest first (`tlog.merkle`'s
 /// compact range, whose `root()` equals MTH(D[0:size])).
 #[derive(Default)]
-struct Peaks {
+pub struct Peaks {
     size: u64,
     peaks: Vec<Hash>,
 }
 
 impl Peaks {
-    fn append(&mut self, leaf: Hash) {
+    pub fn append(&mut self, leaf: Hash) {
         let mut hash = leaf;
         let mut n = self.size;
         while n & 1 == 1 {
@@ -94,7 +99,7 @@ fn not_a_hash() -> PyErr {
 #[pyclass(module = "evidence_ledger._native._core")]
 #[derive(Default)]
 pub struct CompactRange {
-    range: Peaks,
+    pub range: Peaks,
 }
 
 #[pymethods]

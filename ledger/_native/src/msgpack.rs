@@ -7,6 +7,8 @@
 //! no deeper than `MAX_DEPTH`, and nothing after the value. A refusal raises
 //! `NotCanonical` with no reason: the Python side asks the reference for its message.
 
+use std::collections::HashMap;
+
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -41,9 +43,14 @@ impl From<std::convert::Infallible> for Fail {
 
 type Step<T> = Result<T, Fail>;
 
+/// Map keys made once, by their encoded bytes (a fixstr's tag and text): a key found here
+/// is this string again (no new string to build, check and hash), the same value.
+pub type KeyCache = HashMap<Vec<u8>, Py<PyString>>;
+
 struct Reader<'a> {
     data: &'a [u8],
     pos: usize,
+    keys: Option<&'a KeyCache>,
 }
 
 impl<'a> Reader<'a> {
@@ -180,6 +187,22 @@ impl<'a> Reader<'a> {
         Ok(list.into_any())
     }
 
+    /// A map key (its tag, a string's, at `pos`): from the cache where it is there.
+    fn key<'py>(&mut self, py: Python<'py>, tag: u8, depth: usize) -> Step<Bound<'py, PyAny>> {
+        if let (Some(keys), 0xa0..=0xbf) = (self.keys, tag) {
+            let end = self.pos + 1 + usize::from(tag & 0x1f);
+            if let Some(key) = self
+                .data
+                .get(self.pos..end)
+                .and_then(|encoded| keys.get(encoded))
+            {
+                self.pos = end;
+                return Ok(key.bind(py).clone().into_any());
+            }
+        }
+        self.value(py, depth + 1)
+    }
+
     fn map<'py>(&mut self, py: Python<'py>, len: usize, depth: usize) -> Step<Bound<'py, PyAny>> {
         if depth >= MAX_DEPTH {
             return Err(Fail::Refused);
@@ -192,7 +215,7 @@ impl<'a> Reader<'a> {
             if !matches!(tag, 0xa0..=0xbf | 0xd9..=0xdb) {
                 return Err(Fail::Refused); // a key that is not a string
             }
-            let key = self.value(py, depth + 1)?;
+            let key = self.key(py, tag, depth)?;
             let encoded = &self.data[start..self.pos];
             if encoded <= previous {
                 return Err(Fail::Refused); // out of order, or a repeat
@@ -206,8 +229,12 @@ impl<'a> Reader<'a> {
 
 /// The value of canonical MessagePack `data`, or None where `encoding.decode(data)` refuses
 /// it; Err only for a Python error raised while building the value.
-pub fn decode_value<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let mut reader = Reader { data, pos: 0 };
+pub fn decode_value<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    keys: Option<&KeyCache>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let mut reader = Reader { data, pos: 0, keys };
     match reader.value(py, 0) {
         Ok(value) if reader.pos == data.len() => Ok(Some(value)),
         Ok(_) | Err(Fail::Refused) => Ok(None),
@@ -220,5 +247,5 @@ pub fn decode_value<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<Bound<
 /// `encoding.decode(data)` refuses.
 #[pyfunction]
 pub fn decode<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    decode_value(py, data)?.ok_or_else(|| NotCanonical::new_err(()))
+    decode_value(py, data, None)?.ok_or_else(|| NotCanonical::new_err(()))
 }
