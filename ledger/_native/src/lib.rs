@@ -3,6 +3,7 @@
 //! function (named in its doc) and is held to it by the parity and property tests.
 #![forbid(unsafe_code)]
 
+mod columns;
 mod frames;
 mod merkle;
 mod msgpack;
@@ -18,5 +19,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merkle::leaf_hash, m)?)?;
     m.add_function(wrap_pyfunction!(merkle::node_hash, m)?)?;
     m.add_function(wrap_pyfunction!(merkle::root_of_leaves, m)?)?;
+    m.add_class::<columns::Layout>()?;
     Ok(())
 }
