@@ -25,8 +25,8 @@ from evidence_ledger.format.errors import EncodingError
 from evidence_ledger.index.db import BODIES, CHECKED_SCHEMAS, exact_ns, timestamps
 from evidence_ledger.tlog import merkle
 
-__all__ = ["Columns", "Fill", "column_table", "fill_columns", "fill_columns_reference",
-           "native_layout"]
+__all__ = ["Columns", "Fill", "column_table", "fill_columns", "fill_columns_native",
+           "fill_columns_reference"]
 
 Columns = dict[str, list[list[Any]]]
 """Entry kind -> its column lists (see the module doc), in the order kinds first appear."""
@@ -105,34 +105,31 @@ def _layout_spec() -> dict[str, list[tuple[str, str, list[str | None] | None, in
     return spec
 
 
-def native_layout() -> Any:
-    """The compiled core's layout of :data:`entries.BODY_FIELDS` (None on the pure core)."""
-    compiled = core.native
-    return None if compiled is None else compiled.Layout(_layout_spec())
+_layout: Any = None if core.compiled is None else core.compiled.Layout(_layout_spec())
+"""The compiled core's layout of :data:`entries.BODY_FIELDS`, where it is built."""
 
 
-def _fill_native(layout: Any) -> Fill:
-    def fill(records: list[bytes], begin: int, columns: Columns) -> tuple[int, bytes, bytes]:
-        hashes, leaves = bytearray(), bytearray()
-        while True:
-            stop, more_hashes, more_leaves = layout.fill(records, begin, columns)
-            hashes += more_hashes
-            leaves += more_leaves
-            if stop == len(records):
-                return stop, bytes(hashes), bytes(leaves)
-            taken, more_hashes, more_leaves = fill_columns_reference(
-                records[stop:stop + 1], 0, columns)
-            hashes += more_hashes
-            leaves += more_leaves
-            if not taken:  # the reference refuses it too
-                return stop, bytes(hashes), bytes(leaves)
-            begin = stop + 1
-    fill.__doc__ = ":data:`Fill` on the native core (a record it refuses goes to the reference)."
-    return fill
+def fill_columns_native(records: list[bytes], begin: int,
+                        columns: Columns) -> tuple[int, bytes, bytes]:
+    """:data:`Fill` on the native core: a record its layout does not take goes to
+    :func:`fill_columns_reference`, which takes it or stops there."""
+    hashes, leaves = bytearray(), bytearray()
+    while True:
+        stop, more_hashes, more_leaves = _layout.fill(records, begin, columns)
+        hashes += more_hashes
+        leaves += more_leaves
+        if stop == len(records):
+            return stop, bytes(hashes), bytes(leaves)
+        taken, more_hashes, more_leaves = fill_columns_reference(
+            records[stop:stop + 1], 0, columns)
+        hashes += more_hashes
+        leaves += more_leaves
+        if not taken:  # the reference refuses it too
+            return stop, bytes(hashes), bytes(leaves)
+        begin = stop + 1
 
 
-_layout = native_layout()
-fill_columns: Fill = fill_columns_reference if _layout is None else _fill_native(_layout)
+fill_columns: Fill = fill_columns_reference if core.native is None else fill_columns_native
 """:data:`Fill` on the core in use."""
 
 
