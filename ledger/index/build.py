@@ -109,7 +109,7 @@ __all__ = [
 INDEX_VERSION = 1
 CHUNK = 10_000
 """Records decoded between two bulk inserts (each chunk in flight costs the worker and this
-process some 2.5 KiB per record: the records, their decoded entries and rows, pickled)."""
+process some 2.5 KiB per record: the records and their rows, pickled)."""
 SIDE_BYTES = 32 << 20
 """Bytes of log (some 100,000 entries) past which a catch-up is built in a side file
 (:func:`side_path`) rather than in one transaction on the index."""
