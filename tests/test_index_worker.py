@@ -82,7 +82,7 @@ def checked_alike(batches: list[list[Record]]) -> float:
     return time.monotonic() - started
 
 
-def test_a_checked_batch_holds_each_records_hashes_entries_and_rows(audit):
+def test_a_checked_batch_holds_each_records_hashes_bytes_and_rows(audit):
     records = records_of(audit)
     checked = check_batch(records[3:10])
     assert (checked.first, checked.count, checked.problem) == (3, 7, None)
@@ -91,7 +91,7 @@ def test_a_checked_batch_holds_each_records_hashes_entries_and_rows(audit):
     assert sum(t.num_rows for t in checked.tables.values()) == 7
     assert sorted(s for t in checked.tables.values() for s in t["seq"].to_pylist()) == list(
         range(3, 10))
-    assert [e.seq for e in checked.entries] == list(range(3, 10))
+    assert checked.records == [r.data for r in records[3:10]]
     assert checked.blocks == [(3, records[3].offset)]
     assert (checked.last_offset, checked.end) == (records[9].offset, records[9].end)
 
@@ -107,7 +107,7 @@ def test_a_checked_batch_stops_at_the_first_record_that_fails(audit, damage, pro
     records = records_of(audit)[2:9]
     records[3] = damage(records[3])
     checked = check_batch(records)
-    assert checked.count == 3 and len(checked.hashes) == 3 * 32 and len(checked.entries) == 3
+    assert checked.count == 3 and len(checked.hashes) == 3 * 32 and len(checked.records) == 3
     assert checked.problem is not None and checked.problem.startswith(problem)
 
 

@@ -54,7 +54,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from evidence_ledger.format.entries import ZERO_HASH, Entry, entry_hash
+from evidence_ledger.format.entries import ZERO_HASH, Entry, decode_checked, entry_hash
 from evidence_ledger.format.errors import (
     EvidenceError,
     LedgerError,
@@ -109,7 +109,7 @@ __all__ = [
 INDEX_VERSION = 1
 CHUNK = 10_000
 """Records decoded between two bulk inserts (each chunk in flight costs the worker and this
-process some 2.5 KiB per record: the records, their decoded entries and rows, pickled)."""
+process some 2.5 KiB per record: the records and their rows, pickled)."""
 SIDE_BYTES = 32 << 20
 """Bytes of log (some 100,000 entries) past which a catch-up is built in a side file
 (:func:`side_path`) rather than in one transaction on the index."""
@@ -202,7 +202,8 @@ class Deriver:
             raise ValueError("the checked batch is not the one fed")
         self._checked.append(checked)
         self._blocks += checked.blocks
-        for i, entry in enumerate(checked.entries):
+        for i, data in enumerate(checked.records):
+            entry = decode_checked(data)
             seq = self.size
             if entry.seq != seq or entry.prev != self.last_hash:
                 raise EvidenceError(
@@ -515,7 +516,7 @@ def _fingerprint() -> str:
     digest = hashlib.sha256(f"index v{INDEX_VERSION}".encode())
     code = _PURE_MODULES | {
         "evidence_ledger.format.encoding", "evidence_ledger.verify.chains",
-        "evidence_ledger.index.check", "evidence_ledger.index.db",
+        "evidence_ledger.index.check", "evidence_ledger.index.columns", "evidence_ledger.index.db",
         "evidence_ledger.index.state", "evidence_ledger.verify.spill", __name__,
     }
     for name in sorted(code):

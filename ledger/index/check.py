@@ -4,7 +4,7 @@ What the index needs of each record that does not depend on the records before i
 :func:`check_batch` holds the record to its CRC-32 and to
 :func:`evidence_ledger.format.entries.decode_entry`
 (canonical MessagePack, a typed body), takes its entry hash and its RFC 9162 §2.1.1 leaf
-hash, its decoded entry (what the rules read) and its row of the chunk tables
+hash, its bytes (what the rules read) and its row of the chunk tables
 (:data:`evidence_ledger.index.db.CHECKED_SCHEMAS`: every column but ``call_seq``). Stage two,
 :class:`evidence_ledger.index.build.Deriver`, then runs the batch in order: ``seq`` and ``prev``
 links, the tree, the rules, and ``call_seq``.
@@ -21,11 +21,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from evidence_ledger.format.entries import Entry, decode_entry, entry_hash
+from evidence_ledger.format.entries import decode_entry
 from evidence_ledger.format.errors import EncodingError
-from evidence_ledger.format.framing import FRAME_OVERHEAD, Record
-from evidence_ledger.index.db import BODIES, CHECKED_SCHEMAS, exact_ns, timestamps
-from evidence_ledger.tlog import merkle
+from evidence_ledger.format.framing import Record
+from evidence_ledger.index.columns import Columns, column_table, fill_columns
 
 __all__ = ["BLOCK", "CheckedBatch", "check_batch"]
 
@@ -46,7 +45,9 @@ class CheckedBatch:
         leaves: their RFC 9162 leaf hashes, 32 bytes each, concatenated.
         tables: entry kind -> those records' rows, in seq order
             (:data:`evidence_ledger.index.db.CHECKED_SCHEMAS`).
-        entries: those records decoded, in order (what the rules read).
+        records: those records' bytes, in order (what the rules read, decoded again by
+            :func:`evidence_ledger.format.entries.decode_checked`: cheaper than shipping
+            decoded entries from the worker).
         blocks: ``(seq, byte offset)`` of those records at a multiple of :data:`BLOCK`,
             and of the first (the ``log_blocks`` rows of the batch).
         last_offset: byte offset of the last of them (0 when ``count`` is 0).
@@ -62,7 +63,7 @@ class CheckedBatch:
     leaves: bytes
     tables: dict[str, pa.Table]
     problem: str | None
-    entries: list[Entry]
+    records: list[bytes]
     blocks: list[tuple[int, int]]
     last_offset: int
     end: int
@@ -72,52 +73,39 @@ def check_batch(records: Sequence[Record]) -> CheckedBatch:
     """Check a non-empty batch of consecutive records, up to the first that fails.
 
     A record fails when its CRC-32 does not match or it does not decode canonically with
-    the fields of its kind.
-    Its ``seq`` and ``prev`` are not checked here: they depend on the records before.
+    the fields of its kind (:func:`evidence_ledger.format.entries.decode_entry`, whose
+    message names it). Its ``seq`` and ``prev`` are not checked here: they depend on the
+    records before. Rows: :func:`evidence_ledger.index.columns.fill_columns`, on the core in
+    use.
 
     Returns:
         A :class:`CheckedBatch`; never raises on bad records.
     """
-    hashes, leaves = bytearray(), bytearray()
-    rows: dict[str, tuple[list[tuple[object, ...]], list[dict[str, object]]]] = {}
-    entries: list[Entry] = []
-    blocks: list[tuple[int, int]] = []
-    problem = None
     first = records[0].index
-    last_offset, end = 0, records[0].offset
-    for seq, (_, offset, data, crc_ok) in enumerate(records, start=first):
-        if not crc_ok:
-            problem = f"log damaged at seq {seq}: record fails its CRC-32 (run verify)"
-            break
-        try:
-            entry = decode_entry(data)
-        except EncodingError as exc:
-            problem = f"log damaged at seq {seq}: {exc} (run verify)"
-            break
-        hash_ = entry_hash(data)
-        entries.append(entry)
-        if seq % BLOCK == 0 or seq == first:
-            blocks.append((seq, offset))
-        last_offset, end = offset, offset + FRAME_OVERHEAD + len(data)
-        hashes += hash_
-        leaves += merkle.leaf_hash(data)
-        kind = rows.get(entry.kind)
-        if kind is None:
-            kind = rows[entry.kind] = ([], [])
-        kind[0].append((entry.seq, hash_, entry.prev, entry.time, entry.refs))
-        kind[1].append(entry.body)
+    crc_ok = next((i for i, record in enumerate(records) if not record.crc_ok), len(records))
+    data = [record.data for record in records[:crc_ok]]
+    columns: Columns = {}
+    count, hashes, leaves = fill_columns(data, 0, columns)
+    problem = None
+    if count < crc_ok:
+        problem = f"log damaged at seq {first + count}: {_refusal(data[count])} (run verify)"
+    elif count < len(records):
+        problem = f"log damaged at seq {first + count}: record fails its CRC-32 (run verify)"
+    blocks = [(seq, records[seq - first].offset) for seq in range(first, first + count)
+              if seq % BLOCK == 0 or seq == first]
+    last = records[count - 1] if count else None
     return CheckedBatch(
-        first, len(hashes) // 32, bytes(hashes), bytes(leaves),
-        {kind: _table(kind, *found) for kind, found in rows.items()}, problem, entries,
-        blocks, last_offset, end,
+        first, count, hashes, leaves,
+        {kind: column_table(kind, lists) for kind, lists in columns.items()}, problem,
+        data[:count], blocks,
+        last.offset if last else 0, last.end if last else records[0].offset,
     )
 
 
-def _table(kind: str, rows: list[tuple[object, ...]], bodies: list[dict[str, object]]) -> pa.Table:
-    seqs, hashes, prevs, times, refs = zip(*rows, strict=True)
-    ns = pa.array(times, pa.uint64())
-    return pa.Table.from_arrays([
-        pa.array(seqs, pa.int64()), pa.array(hashes, pa.binary()), pa.array(prevs, pa.binary()),
-        exact_ns(ns), timestamps(ns), pa.array(refs, pa.list_(pa.binary())),
-        pa.array(bodies, BODIES[kind]),
-    ], schema=CHECKED_SCHEMAS[kind])
+def _refusal(data: bytes) -> str:
+    """Why :func:`decode_entry` refuses ``data`` (where :func:`fill_columns` stopped)."""
+    try:
+        decode_entry(data)
+    except EncodingError as exc:
+        return str(exc)
+    raise AssertionError("fill_columns stops only at a record decode_entry refuses")

@@ -5,8 +5,9 @@ A :class:`Checker` runs :func:`read_log_chunk` (the worker reads its own byte ra
 ``log.bin``, from a record boundary) or :func:`check_records` (records given) in a
 :class:`concurrent.futures.ProcessPoolExecutor` of one worker process (started with
 ``spawn``, when the first job is submitted), and returns what the worker found, ready for
-stage two: each record's hashes, decoded entry and row of the chunk tables
-(:class:`evidence_ledger.index.check.CheckedBatch`), never records to decode again.
+stage two: each record's hashes, bytes and row of the chunk tables
+(:class:`evidence_ledger.index.check.CheckedBatch`; stage two decodes the bytes again,
+unchecked, for the rules: cheaper than pickling decoded entries).
 
 The result is the same wherever a chunk is read, so nothing depends on the worker: if it
 cannot start, dies, or returns nothing for :data:`STALL_SECONDS`, that job and the later
