@@ -15,7 +15,7 @@ import msgpack
 import pytest
 
 from evidence_ledger.format import core, encoding, entries, framing
-from evidence_ledger.tlog import merkle
+from evidence_ledger.tlog import entry_batch, merkle
 
 CORES = ("reference", "native")
 
@@ -39,6 +39,8 @@ DISPATCHED: list[tuple[ModuleType, str, Any, Any]] = [
     (merkle, "node_hash", merkle.node_hash_reference, "node_hash"),
     (merkle, "root_of_leaves", merkle.root_of_leaves_reference, "root_of_leaves"),
     (merkle, "CompactRange", merkle.CompactRangeReference, "CompactRange"),
+    (entry_batch, "read_entries", entry_batch.read_entries_reference,
+     entry_batch.read_entries_native),
 ]
 """(module, name, reference, native) for every name :mod:`evidence_ledger.format.core`
 binds at import; native is a Python wrapper, or the name of a compiled function."""

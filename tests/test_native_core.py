@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from evidence_ledger.format import core, encoding, entries, framing
 from evidence_ledger.format.entries import decode_entry
-from evidence_ledger.tlog import merkle
+from evidence_ledger.tlog import entry_batch, merkle
 
 from .cores import DISPATCHED, compiled, use_core
 from .fuzzing import FUZZ
@@ -406,3 +406,23 @@ def test_native_compact_range_from_peaks_round_trip():
         tree.append(leaf)
     again = compiled().CompactRange.from_peaks(tree.size, tree.peaks)
     assert (again.size, again.root()) == (21, merkle.root_of_leaves_reference(leaves))
+
+
+@FUZZ
+@given(st.lists(entry_bytes() | schema_mutated_entries(), max_size=6))
+def test_native_read_entries_fuzz(records):
+    def read(which: str) -> tuple[str, bytes, int]:
+        with pytest.MonkeyPatch.context() as patch:
+            use_core(which, patch)
+            tree = merkle.CompactRange()
+            pairs = entry_batch.read_entries(records, tree)
+            return repr(pairs), tree.root(), tree.size
+
+    assert read("native") == read("reference")
+    assert read("reference")[0].count("None") >= sum(  # a refused record gives None
+        _outcome(entries.decode_entry_reference, data)[0] == "error" for data in records)
+
+
+def test_native_read_entries_refuses_what_is_not_bytes():
+    with pytest.raises(TypeError):
+        compiled().read_entries(["text"], entries.native_schema, compiled().CompactRange())
