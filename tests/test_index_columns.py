@@ -25,8 +25,9 @@ _POOL: list[Any] = [
     None, True, False, "", "run-1", "é" * 40, bytes(32), bytes(range(32)), b"short",
     [], ["a", "b"], [1], 0, 7, 300, 2**40, -1, "A" * 86 + "==", [_INTERRUPTION],
     [{"call_id": "c1"}], {"nested": 1},
-    *sorted({v for fields in entries.BODY_FIELDS.values() for f in fields.values()
-             if (spec := columns._field_spec(f)) and spec[1] for v in spec[1] if v}),
+    *sorted({v for fields in entries.BODY_FIELDS.values()
+             for _, code, values in entries.native_fields(fields) if code == "one_of"
+             for v in values if v}),
 ]
 """Body values, and the words of every ``one_of`` field (approve, jcs, add, ...): each
 check of :data:`entries.BODY_FIELDS` takes some, refuses others."""

@@ -360,14 +360,21 @@ _CHECK_CODES: dict[Check, str] = {
 }
 
 
-def _native_fields(fields: dict[str, Check]) -> list[tuple[str, str, Any]]:
-    """Body fields as the native core's ``EntrySchema`` takes them: (name, code, argument)."""
+def native_fields(fields: dict[str, Check]) -> list[tuple[str, str, Any]]:
+    """Body fields as the native core takes them: ``(name, check code, argument)``, the code
+    a check function's name without its underscore; the argument the allowed values of a
+    ``one_of`` check, the fields of a ``maps`` check (a list of maps: ``_interruptions``),
+    else None.
+
+    Raises:
+        KeyError: for a check the native core does not know.
+    """
     out: list[tuple[str, str, Any]] = []
     for name, check in fields.items():
         if isinstance(check, _OneOf):
             out.append((name, "one_of", check.values))
         elif check is _interruptions:
-            out.append((name, "maps", _native_fields(_INTERRUPTION)))
+            out.append((name, "maps", native_fields(_INTERRUPTION)))
         else:
             out.append((name, _CHECK_CODES[check], None))
     return out
@@ -375,7 +382,7 @@ def _native_fields(fields: dict[str, Check]) -> list[tuple[str, str, Any]]:
 
 _compiled: Any = core.compiled
 native_schema: Any = (None if core.compiled is None else core.compiled.EntrySchema(
-    {kind: _native_fields(fields) for kind, fields in BODY_FIELDS.items()}, Entry))
+    {kind: native_fields(fields) for kind, fields in BODY_FIELDS.items()}, Entry))
 """:data:`BODY_FIELDS` and :class:`Entry` on the native core (None where it is not built)."""
 
 

@@ -66,27 +66,10 @@ def fill_columns_reference(records: list[bytes], begin: int,
     return stop, bytes(hashes), bytes(leaves)
 
 
-_CODES = {
-    "_str": "str", "_opt_str": "opt_str", "_bool": "bool", "_opt_bool": "opt_bool",
-    "_hash": "hash", "_opt_hash": "opt_hash", "_scope": "scope", "_count": "count",
-    "_signature": "signature",
-}
-"""The checks of :data:`entries.BODY_FIELDS` the native layout knows, by function name."""
-
-
-def _field_spec(check: Callable[[Any], bool]) -> tuple[str, list[str | None] | None] | None:
-    """``(code, allowed values)`` of a body field's check, or None when the native layout
-    has no such check (its kind is then left to the reference)."""
-    for name, code in _CODES.items():
-        if check is getattr(entries, name, None):
-            return code, None
-    cells = getattr(check, "__closure__", None) or ()
-    values = [cell.cell_contents for cell in cells]
-    if getattr(check, "__qualname__", "").startswith("_one_of.") and len(values) == 1 \
-            and type(values[0]) is tuple \
-            and all(v is None or type(v) is str for v in values[0]):
-        return "one_of", list(values[0])
-    return None
+_LAYOUT_CHECKS = frozenset({"str", "opt_str", "bool", "opt_bool", "hash", "opt_hash", "scope",
+                            "count", "signature", "one_of"})
+"""The checks of :data:`entries.BODY_FIELDS` the native layout knows (as
+:func:`entries.native_fields` names them); a kind with another is left to the reference."""
 
 
 def _layout_spec() -> dict[str, list[tuple[str, str, list[str | None] | None, int | None]]]:
@@ -95,12 +78,13 @@ def _layout_spec() -> dict[str, list[tuple[str, str, list[str | None] | None, in
     spec = {}
     for kind, fields in entries.BODY_FIELDS.items():
         names = _BODY_COLUMNS[kind]
-        checks = {name: _field_spec(check) for name, check in fields.items()}
-        if any(c is None for c in checks.values()):
+        described = entries.native_fields(fields)
+        if any(code not in _LAYOUT_CHECKS for _, code, _ in described):
             continue
         spec[kind] = [
-            (name, *found, names.index(name) if name in names else None)
-            for name, found in checks.items() if found is not None
+            (name, code, None if arg is None else list(arg),
+             names.index(name) if name in names else None)
+            for name, code, arg in described
         ]
     return spec
 
