@@ -314,7 +314,8 @@ def rows(ledgers: dict[int, Path], verify_rates: dict[int, float] | None = None)
             runs = _builds(directory, index, floor)
             floor_s = statistics.median(_seconds(f)[0] for f in runs["floor"])
             big = size >= scaled(1_000_000)
-            verify = {"verify (CPU)": verify_rates[size]} if size in (verify_rates or {}) else {}
+            rate = (verify_rates or {}).get(size)
+            verify = {} if rate is None else {"verify (CPU)": rate}
             for variant in ("native", "pure"):
                 build_s = statistics.median(_seconds(b)[0] for b in runs[variant])
                 core = _seconds(runs[variant][0])[1]
@@ -330,8 +331,9 @@ def rows(ledgers: dict[int, Path], verify_rates: dict[int, float] | None = None)
                     "the raw entries, no project code in its pass, no rules, one process; "
                     "ours checks records in worker processes); wall time, each build in a "
                     f"fresh process, median of {len(runs[variant])} taking turns with "
-                    f"{len(runs['floor'])} floors; verify = the verifier's rate over the "
-                    "same log (no payload re-hash, CPU), all this run",
+                    f"{len(runs['floor'])} floors"
+                    + ("; verify = the verifier's rate over the same log (native, no payload "
+                       "re-hash, per CPU-second), this run" if verify else ""),
                 ))
             builds, floors = runs["native"], runs["floor"]
             peak = max(b.rss_mb + b.children_mb for b in builds)
