@@ -14,15 +14,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from evidence_ledger.format.core import PURE_VARIABLE
 
 RUNS = 3
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / ".cache" / "bench"
 """Where benchmarks build their ledgers (git-ignored, like all of ``.cache/``)."""
+CORES = {"native": {PURE_VARIABLE: ""}, "pure": {PURE_VARIABLE: "1"}}
+"""Environment of a fresh process (:func:`run_fresh`) per core: the native core where it is
+built (whatever the caller's environment says), or the pure-Python core forced. The process
+names the core it ran (``evidence_ledger.core_in_use()``): without cargo both are pure."""
 
 
 def _trash() -> Path:
@@ -127,8 +133,9 @@ class Fresh:
     output: str
 
 
-def run_fresh(code: str, *args: str) -> Fresh:
-    """Run ``python -c code args`` in a fresh process (cwd: the repository) and measure it.
+def run_fresh(code: str, *args: str, env: Mapping[str, str] | None = None) -> Fresh:
+    """Run ``python -c code args`` in a fresh process (cwd: the repository) and measure it;
+    ``env`` is set over this process's environment (e.g. a :data:`CORES` value).
 
     Peak RSS is the process's ``VmHWM`` (reset by exec), not its own ``ru_maxrss``, which
     Linux carries over from the forking parent.
@@ -147,6 +154,7 @@ def run_fresh(code: str, *args: str) -> Fresh:
     )
     done = subprocess.run(
         [sys.executable, "-c", wrapper, *args], capture_output=True, text=True, cwd=REPO,
+        env={**os.environ, **(env or {})},
     )
     if done.returncode:
         raise RuntimeError(f"benchmark process failed ({done.returncode}): "

@@ -115,10 +115,7 @@ def _run(args: argparse.Namespace) -> int:
             "inclusion_cli": lambda: bench_proofs.cli_rows(largest, ledgers(largest)[largest]),
             "recording": bench_recording.rows,
             "guard": bench_guard.rows,
-            "index": lambda: bench_index.rows(
-                ledgers(largest),
-                {r.size: r.ours for r in rows if r.operation == "verify, no payload re-hash"},
-            ),
+            "index": lambda: bench_index.rows(ledgers(largest), bench_verify.native_rates(rows)),
             "bundle": lambda: bench_bundle.rows(ledgers()),
             "scan": lambda: bench_scan.rows(scaled(100_000)),
         }
