@@ -67,11 +67,11 @@ import operator
 import pickle
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from evidence_ledger.format.entries import CONTEXT_APPROVER, Entry
+from evidence_ledger.format.entries import CONTEXT_APPROVER, KINDS, Entry
 from evidence_ledger.verify.findings import (
     APPROVAL_BINDING,
     APPROVED_NOT_EXECUTED,
@@ -631,9 +631,9 @@ class RuleEngine:
 
     def feed(self, entry: Entry) -> None:
         """Apply every rule to one decoded entry (``seq`` order, none skipped)."""
-        handler = getattr(self, "_on_" + entry.kind, None)
+        handler = _HANDLERS.get(entry.kind)
         if handler is not None:
-            handler(entry)
+            handler(self, entry)
             limit = self._live_limit
             if self._spill is not None and (
                     self._ended is not None or len(self._runs) > limit
@@ -1289,6 +1289,13 @@ class RuleEngine:
         engine._context_first += [seq for seq, in table("context_decisions")]
         for run_id, scope, call_id, time, digest in table("last_run"):
             engine._last_run = ((run_id, _scope_of(scope), call_id), time, digest)
+
+
+_HANDLERS: dict[str, Callable[[RuleEngine, Entry], None]] = {
+    kind: getattr(RuleEngine, "_on_" + kind) for kind in KINDS if hasattr(RuleEngine, "_on_" + kind)
+}
+"""Entry kind -> the :class:`RuleEngine` method that applies the rules to it (kinds no rule
+reads have none)."""
 
 
 def encoded_run(tables: Mapping[str, Iterable[Sequence[StateValue]]], run_id: str,
