@@ -5,7 +5,10 @@ a time, check each frame, unpack the MessagePack, take the entry hash, the leaf 
 the interior hashes of the tree's compact range. Ours: the library call
 ``verify_ledger(..., payloads=False)`` (integrity, canonical form, chain, tree, stored
 checkpoints, all rules) on the native core and, at 10^6, on the pure-Python core
-(``EVIDENCE_LEDGER_PURE=1``); at 10^5 also with every payload file re-hashed (native).
+(``EVIDENCE_LEDGER_PURE=1``); at 10^5 also with every payload file re-hashed (native). At
+10^6 also the native call with the rule engine switched off (its ``feed`` a no-op): the
+part of verify the native core covers (frames, canonical form and entry checks, hashes,
+chain, tree), so the rows show how the gap to the floor splits.
 
 Each figure is the CPU time (``time.process_time``) of the call alone, in a fresh
 process; the variants take turns, :data:`~benchmarks.common.RUNS` rounds, medians. Every
@@ -37,6 +40,9 @@ import sys, time
 from evidence_ledger import core_in_use
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.verify.audit import verify_ledger
+if sys.argv[3:] == ["no rules"]:  # what verify costs without the rule engine
+    from evidence_ledger.verify.rules import RuleEngine
+    RuleEngine.feed = lambda self, entry: None
 start = time.process_time()
 report = verify_ledger(Ledger(sys.argv[1]), payloads=sys.argv[2] == "1")
 assert report.ok, report.violations[:1]
@@ -56,8 +62,10 @@ def _cpu(run: Fresh) -> tuple[float, str]:
     return float(seconds), core
 
 
-def _verify(path: Path, core: str = "native", payloads: bool = False) -> Fresh:
-    return run_fresh(OURS, str(path), "1" if payloads else "0", env=CORES[core])
+def _verify(path: Path, core: str = "native", payloads: bool = False,
+            rules: bool = True) -> Fresh:
+    return run_fresh(OURS, str(path), "1" if payloads else "0",
+                     *(() if rules else ("no rules",)), env=CORES[core])
 
 
 def zero_tail_rows(path: Path, size: int) -> list[Row]:
@@ -95,7 +103,7 @@ def zero_tail_rows(path: Path, size: int) -> list[Row]:
 def _target(variant: str, core: str, big: bool) -> tuple[str, float | None]:
     """(target text, the ratio it allows) of a row: at 10^6 only, and the native target
     only for a process that did run the native core."""
-    if not big or variant == "all checks":
+    if not big or variant in ("all checks", "no rules"):
         return "", None
     if variant == "pure":
         return f"pure no worse than {PURE_RATIO}x the floor", PURE_RATIO
@@ -116,6 +124,7 @@ def rows(ledgers: dict[int, Path]) -> list[Row]:
         }
         if big:  # the pure path at 10^6 only (issue 26), to keep make bench's time
             plan["pure"] = lambda: _verify(path, "pure")  # noqa: B023
+            plan["no rules"] = lambda: _verify(path, rules=False)  # noqa: B023
         else:  # re-hashing every payload file (4 per call chain) is I/O-bound: 10^5 only
             plan["all checks"] = lambda: _verify(path, payloads=True)  # noqa: B023
         runs: dict[str, list[Fresh]] = {variant: [] for variant in plan}
@@ -129,7 +138,8 @@ def rows(ledgers: dict[int, Path]) -> list[Row]:
             core = _cpu(runs[variant][0])[1]
             ratio = cpu[variant] / cpu["floor"]
             target, allowed = _target(variant, core, big)
-            label = "verify, all checks" if variant == "all checks" else BARE
+            label = {"all checks": "verify, all checks",
+                     "no rules": f"{BARE}, the rule engine switched off"}.get(variant, BARE)
             out.append(Row(
                 operation=f"{label}, {core}, CPU", size=size, ours=size / cpu[variant],
                 unit="entries/CPU-s", baselines={"minimal floor": floor_rate}, ratio=ratio,
