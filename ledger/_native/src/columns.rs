@@ -16,19 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use sha2::{Digest, Sha256};
 
-/// How a body field's value is checked (`entries.BODY_FIELDS`' checks).
-enum Check {
-    Str,
-    OptStr,
-    Bool,
-    OptBool,
-    Hash,
-    OptHash,
-    Scope,
-    Count,
-    OneOf(Vec<Option<String>>),
-    Signature,
-}
+use crate::entry::{is_signature_text, parse_check, Check};
 
 struct Field {
     key: Vec<u8>,
@@ -83,7 +71,10 @@ impl<'a> Reader<'a> {
     }
 
     fn uint_bytes(&mut self, n: usize, min: u64) -> Step<u64> {
-        let v = self.take(n)?.iter().fold(0u64, |acc, b| acc << 8 | u64::from(*b));
+        let v = self
+            .take(n)?
+            .iter()
+            .fold(0u64, |acc, b| acc << 8 | u64::from(*b));
         if v < min {
             return Err(Refused);
         }
@@ -213,13 +204,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn is_signature(text: &str) -> bool {
-    let b = text.as_bytes();
-    b.len() == 88
-        && b[86..] == *b"=="
-        && b[..86].iter().all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
-}
-
 fn passes(check: &Check, cell: &Cell<'_>) -> bool {
     match (check, cell) {
         (Check::Str, Cell::Str(_)) | (Check::Bool, Cell::Bool(_)) => true,
@@ -229,7 +213,8 @@ fn passes(check: &Check, cell: &Cell<'_>) -> bool {
         (Check::Scope, Cell::Strs(_)) | (Check::Count, Cell::Int(_)) => true,
         (Check::OneOf(values), Cell::Nil) => values.iter().any(Option::is_none),
         (Check::OneOf(values), Cell::Str(s)) => values.iter().any(|v| v.as_deref() == Some(*s)),
-        (Check::Signature, Cell::Str(s)) => is_signature(s),
+        (Check::Signature, Cell::Str(s)) => is_signature_text(s),
+        (Check::OptScope, Cell::Nil | Cell::Strs(_)) => true,
         _ => false,
     }
 }
@@ -281,7 +266,14 @@ fn parse(data: &[u8]) -> Step<Row<'_>> {
     if r.pos != data.len() {
         return Err(Refused);
     }
-    Ok(Row { seq, prev, kind, time, refs, body })
+    Ok(Row {
+        seq,
+        prev,
+        kind,
+        time,
+        refs,
+        body,
+    })
 }
 
 /// Every entry kind's body fields and the index columns they fill; see the module doc.
@@ -290,20 +282,16 @@ pub struct Layout {
     kinds: HashMap<String, Kind>,
 }
 
-fn check_of(code: &str, values: Option<Vec<Option<String>>>) -> PyResult<Check> {
-    Ok(match (code, values) {
-        ("str", None) => Check::Str,
-        ("opt_str", None) => Check::OptStr,
-        ("bool", None) => Check::Bool,
-        ("opt_bool", None) => Check::OptBool,
-        ("hash", None) => Check::Hash,
-        ("opt_hash", None) => Check::OptHash,
-        ("scope", None) => Check::Scope,
-        ("count", None) => Check::Count,
-        ("signature", None) => Check::Signature,
-        ("one_of", Some(values)) => Check::OneOf(values),
-        _ => return Err(PyValueError::new_err(format!("no check {code:?}"))),
-    })
+/// The check of `code` with the allowed `values` of a `one_of` (None for the others); a
+/// `maps` check (no cell holds a map) is refused.
+fn check_of(py: Python<'_>, code: &str, values: Option<Vec<Option<String>>>) -> PyResult<Check> {
+    match (code, values) {
+        ("one_of", Some(values)) => Ok(Check::OneOf(values)),
+        ("one_of" | "maps", _) | (_, Some(_)) => {
+            Err(PyValueError::new_err(format!("no check {code:?}")))
+        }
+        (code, None) => parse_check(code, &py.None().into_bound(py)),
+    }
 }
 
 #[pymethods]
@@ -315,8 +303,10 @@ impl Layout {
     /// out is never taken. Field names are under 32 bytes. ValueError on anything else.
     #[new]
     #[allow(clippy::type_complexity)]
-    fn new(kinds: HashMap<String, Vec<(String, String, Option<Vec<Option<String>>>, Option<usize>)>>)
-        -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        kinds: HashMap<String, Vec<(String, String, Option<Vec<Option<String>>>, Option<usize>)>>,
+    ) -> PyResult<Self> {
         let mut out = HashMap::new();
         for (name, specs) in kinds {
             let mut fields = Vec::with_capacity(specs.len());
@@ -326,7 +316,11 @@ impl Layout {
                     return Err(PyValueError::new_err("a field name of 32 bytes or more"));
                 }
                 columns = columns.max(column.map_or(0, |c| c + 1));
-                fields.push(Field { key: str_key(field.as_bytes()), check: check_of(&code, values)?, column });
+                fields.push(Field {
+                    key: str_key(field.as_bytes()),
+                    check: check_of(py, &code, values)?,
+                    column,
+                });
             }
             fields.sort_by(|a, b| a.key.cmp(&b.key));
             out.insert(name, Kind { fields, columns });
@@ -351,14 +345,20 @@ impl Layout {
         let mut lists: HashMap<String, Vec<Bound<'py, PyList>>> = HashMap::new();
         while stop < records.len() {
             let item = records.get_item(stop)?;
-            let Ok(bytes) = item.cast::<PyBytes>() else { break };
+            let Ok(bytes) = item.cast::<PyBytes>() else {
+                break;
+            };
             let data = bytes.as_bytes();
             let Ok(row) = parse(data) else { break };
-            let Some(kind) = self.kinds.get(row.kind) else { break };
+            let Some(kind) = self.kinds.get(row.kind) else {
+                break;
+            };
             if kind.fields.len() != row.body.len()
-                || !kind.fields.iter().zip(&row.body).all(|(f, (key, cell))| {
-                    f.key == *key && passes(&f.check, cell)
-                })
+                || !kind
+                    .fields
+                    .iter()
+                    .zip(&row.body)
+                    .all(|(f, (key, cell))| f.key == *key && passes(&f.check, cell))
             {
                 break;
             }
@@ -369,7 +369,10 @@ impl Layout {
             hashes.extend_from_slice(&hash);
             leaves.extend_from_slice(&leaf.finalize());
             if !lists.contains_key(row.kind) {
-                lists.insert(row.kind.to_string(), kind_lists(columns, row.kind, kind.columns)?);
+                lists.insert(
+                    row.kind.to_string(),
+                    kind_lists(columns, row.kind, kind.columns)?,
+                );
             }
             let out = &lists[row.kind];
             out[0].append(row.seq)?;
@@ -390,8 +393,11 @@ impl Layout {
 }
 
 /// The column lists of `kind` in `columns`, made (5 + `body` empty lists) if not there.
-fn kind_lists<'py>(columns: &Bound<'py, PyDict>, kind: &str, body: usize)
-    -> PyResult<Vec<Bound<'py, PyList>>> {
+fn kind_lists<'py>(
+    columns: &Bound<'py, PyDict>,
+    kind: &str,
+    body: usize,
+) -> PyResult<Vec<Bound<'py, PyList>>> {
     let lists = match columns.get_item(kind)? {
         Some(lists) => lists.cast_into::<PyList>()?,
         None => {

@@ -21,8 +21,9 @@ use crate::msgpack::{self, KeyCache, NotCanonical};
 
 const FORMAT_VERSION: i64 = 1;
 
-/// One body field's check (the Python side's check function of the same name).
-enum Check {
+/// One body field's check (the Python side's check function of the same name); the index's
+/// column layout (`columns.rs`) takes the same checks, bar `Maps`.
+pub enum Check {
     Str,
     OptStr,
     Bool,
@@ -40,7 +41,9 @@ enum Check {
 
 type Fields = Vec<(Py<PyString>, Check)>;
 
-fn parse_check(code: &str, arg: &Bound<'_, PyAny>) -> PyResult<Check> {
+/// The check of `code` (as `entries.native_fields` names it); `arg` the values of `one_of`,
+/// the fields of `maps`, else unused. ValueError or TypeError for anything else.
+pub fn parse_check(code: &str, arg: &Bound<'_, PyAny>) -> PyResult<Check> {
     Ok(match code {
         "str" => Check::Str,
         "opt_str" => Check::OptStr,
@@ -79,19 +82,20 @@ fn is_scope(v: &Bound<'_, PyAny>) -> bool {
 }
 
 /// A 64-byte signature in standard base64: 86 characters of the alphabet, then `==`.
-fn is_signature(v: &Bound<'_, PyAny>) -> bool {
-    let Ok(text) = v.cast::<PyString>() else {
-        return false;
-    };
-    let Ok(text) = text.to_str() else {
-        return false;
-    };
+pub fn is_signature_text(text: &str) -> bool {
     let bytes = text.as_bytes();
     bytes.len() == 88
         && bytes[..86]
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/')
         && &bytes[86..] == b"=="
+}
+
+fn is_signature(v: &Bound<'_, PyAny>) -> bool {
+    let Ok(text) = v.cast::<PyString>() else {
+        return false;
+    };
+    text.to_str().is_ok_and(is_signature_text)
 }
 
 fn is_count(v: &Bound<'_, PyAny>) -> bool {
