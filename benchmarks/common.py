@@ -182,7 +182,7 @@ def print_table(rows: list[Row], machine: str) -> None:
         met = {None: "—", True: "yes", False: "**no**"}[r.met]
         print(f"| {r.operation} | {r.size:,} | {_fmt(r.ours)} {r.unit} | {base} | {ratio} "
               f"| {r.target or '—'} | {met} |")
-    notes = [f"- {r.operation}: {r.note}" for r in rows if r.note]
+    notes = [f"- {r.operation}, {r.size:,}: {r.note}" for r in rows if r.note]
     if notes:
         print("\n" + "\n".join(notes))
 
