@@ -376,17 +376,37 @@ def test_native_root_of_leaves_refuses_as_the_reference(leaves):
         merkle.root_of_leaves_reference, leaves)
 
 
-def _range_trace(cls: Any, start: tuple[int, list[bytes]] | None, leaves: list[Any]) -> list:
-    """What a compact range of ``cls`` shows along the way: after each append (or its
-    error), its size, peaks and root."""
-    made = _outcome(cls.from_peaks, *start) if start is not None else ("value", "")
-    if made[0] == "error":
-        return [made]
-    tree = cls() if start is None else cls.from_peaks(*start)
+def _range_trace(cls: Any, start: tuple[Any, Any] | None, leaves: list[Any]) -> list:
+    """What a compact range of ``cls`` shows along the way: its ``from_peaks`` error, or
+    after each append (or its error), its size, peaks and root."""
+    try:
+        tree = cls() if start is None else cls.from_peaks(*start)
+    except Exception as exc:
+        return [("error", type(exc), str(exc))]
     trace = []
     for leaf in leaves:
-        trace.append((_outcome(tree.append, leaf)[0], tree.size, tree.peaks, tree.root()))
+        trace.append((_outcome(tree.append, leaf), tree.size, tree.peaks, tree.root()))
     return trace
+
+
+class _Bytes(bytes):
+    """A bytes subclass: a leaf hash all the same."""
+
+
+_H = b"\x11" * 32
+
+
+@pytest.mark.parametrize("start", [
+    lambda: (2**64 - 1, [_H] * 64),  # full: the next append is refused, not wrapped to 0
+    lambda: (2**64 - 2, [_H] * 63), lambda: (2**64, [_H]), lambda: (2**64 + 1, [_H]),
+    lambda: (-1, []), lambda: (1.0, [_H]), lambda: ("1", [_H]), lambda: (None, [_H]),
+    lambda: (1, iter([_H])), lambda: (1, [bytearray(_H)]), lambda: (1, ["a" * 32]),
+    lambda: (1, [memoryview(_H)]), lambda: (1, None), lambda: (1, 5), lambda: (3, [_H]),
+])
+def test_native_compact_range_edges_as_the_reference(start):
+    leaves = [_H, _Bytes(_H), _H, bytearray(_H)]
+    assert _range_trace(compiled().CompactRange, start(), leaves) == _range_trace(
+        merkle.CompactRangeReference, start(), leaves)
 
 
 @FUZZ

@@ -16,7 +16,7 @@ against.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from evidence_ledger.format import core
@@ -43,6 +43,12 @@ node_hash = node_hash_reference if core.native is None else core.native.node_has
 """RFC 9162 interior node hash: :func:`node_hash_reference`, on the core in use."""
 
 
+MAX_SIZE = 2**64 - 1
+"""The largest tree size (leaves) a compact range holds: RFC 9162 tree sizes are 64-bit."""
+FULL = "the tree is full: 2**64 - 1 leaves"
+"""The error of appending to a range of :data:`MAX_SIZE` leaves."""
+
+
 class CompactRangeReference:
     """The perfect subtrees covering leaves ``[0, size)``, largest first.
 
@@ -55,18 +61,26 @@ class CompactRangeReference:
         self._peaks: list[bytes] = []  # one hash per set bit of size, highest bit first
 
     @classmethod
-    def from_peaks(cls, size: int, peaks: Sequence[bytes]) -> CompactRangeReference:
+    def from_peaks(cls, size: int, peaks: Iterable[bytes]) -> CompactRangeReference:
         """The range of ``size`` leaves whose perfect subtrees, largest first, hash to
         ``peaks`` (as :attr:`peaks` gives them), to append more leaves to.
 
         Raises:
-            ValueError: unless there is one 32-byte hash per set bit of ``size``.
+            ValueError: unless ``size`` is an int in ``[0, 2**64)`` (RFC 9162 tree sizes are
+                64-bit) and ``peaks`` one 32-byte hash per set bit of it.
+            TypeError: if ``peaks`` is not iterable.
         """
-        if size < 0 or len(peaks) != size.bit_count() or any(len(p) != HASH_SIZE for p in peaks):
-            raise ValueError(f"want {max(size, 0).bit_count()} peaks of {HASH_SIZE} bytes for "
-                             f"size {size}")
+        fits = isinstance(size, int) and 0 <= size <= MAX_SIZE
+        wrong = ValueError(f"want {size.bit_count() if fits else 0} peaks of {HASH_SIZE} "
+                           f"bytes for size {size}")
+        if not fits:
+            raise wrong
+        hashes = list(peaks)
+        if len(hashes) != size.bit_count() or not all(
+                isinstance(p, bytes) and len(p) == HASH_SIZE for p in hashes):
+            raise wrong
         made = cls()
-        made.size, made._peaks = size, list(peaks)
+        made.size, made._peaks = size, hashes
         return made
 
     @property
@@ -78,10 +92,13 @@ class CompactRangeReference:
         """Add one leaf hash (32 bytes) at index ``size``.
 
         Raises:
-            ValueError: if ``leaf`` is not 32 bytes.
+            ValueError: if ``leaf`` is not 32 bytes, or the range holds ``2**64 - 1``
+                leaves already (RFC 9162 tree sizes are 64-bit).
         """
-        if type(leaf) is not bytes or len(leaf) != HASH_SIZE:
+        if not isinstance(leaf, bytes) or len(leaf) != HASH_SIZE:
             raise ValueError("a leaf hash is not 32 bytes")
+        if self.size >= MAX_SIZE:
+            raise ValueError(FULL)
         node = leaf
         size = self.size
         while size & 1:

@@ -9,7 +9,8 @@ use crate::merkle::{self, CompactRange};
 
 /// For each record's bytes in `records`, in order: append its leaf hash to `tree`, and give
 /// `(entry, entry hash)`, the entry as `schema` decodes it or None where the reference
-/// refuses it. A list of tuples, one per record; TypeError if a record is not bytes.
+/// refuses it. A list of tuples, one per record; TypeError if a record is not bytes,
+/// ValueError if `tree` is full (as `CompactRange.append`).
 #[pyfunction]
 pub fn read_entries<'py>(
     py: Python<'py>,
@@ -20,7 +21,7 @@ pub fn read_entries<'py>(
     let out = PyList::empty(py);
     for record in records.iter() {
         let data = record.cast::<PyBytes>()?.as_bytes();
-        tree.range.append(merkle::leaf(data));
+        tree.range.append(merkle::leaf(data))?;
         let entry = match schema.entry(py, data)? {
             Some(entry) => entry,
             None => py.None().into_bound(py),

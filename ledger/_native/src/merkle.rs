@@ -51,7 +51,12 @@ pub struct Peaks {
 }
 
 impl Peaks {
-    pub fn append(&mut self, leaf: Hash) {
+    /// Add one leaf hash; ValueError when the range holds `u64::MAX` leaves already (as
+    /// `CompactRangeReference.append`: RFC 9162 tree sizes are 64-bit).
+    pub fn append(&mut self, leaf: Hash) -> PyResult<()> {
+        if self.size == u64::MAX {
+            return Err(PyValueError::new_err("the tree is full: 2**64 - 1 leaves"));
+        }
         let mut hash = leaf;
         let mut n = self.size;
         while n & 1 == 1 {
@@ -61,6 +66,7 @@ impl Peaks {
         }
         self.peaks.push(hash);
         self.size += 1;
+        Ok(())
     }
 
     fn root(&self) -> Hash {
@@ -85,7 +91,7 @@ pub fn root_of_leaves<'py>(
 ) -> PyResult<Bound<'py, PyBytes>> {
     let mut range = Peaks::default();
     for leaf in leaves.try_iter()? {
-        range.append(as_hash(&leaf?)?);
+        range.append(as_hash(&leaf?)?)?;
     }
     Ok(PyBytes::new(py, &range.root()))
 }
@@ -110,7 +116,8 @@ impl CompactRange {
     }
 
     /// The range of `size` leaves whose perfect subtrees, largest first, hash to `peaks`.
-    /// ValueError unless there is one 32-byte hash per set bit of `size`.
+    /// ValueError unless `size` is an int in [0, 2**64) and there is one 32-byte hash per
+    /// set bit of it; TypeError if `peaks` is not iterable.
     #[classmethod]
     fn from_peaks(
         _cls: &Bound<'_, PyType>,
@@ -153,8 +160,7 @@ impl CompactRange {
 
     /// Add one leaf hash (32 bytes) at index `size`. ValueError if it is not 32 bytes.
     fn append(&mut self, leaf: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.range.append(as_hash(leaf)?);
-        Ok(())
+        self.range.append(as_hash(leaf)?)
     }
 
     /// MTH of the leaves appended so far (32 bytes); SHA-256("") when empty.
