@@ -93,6 +93,9 @@ def render_text(v: el.VerifiedBundle) -> str:
             f"entries, {len(v.signed_only)} resting on the signature)"
         )
     lines += [f"  {_finding_line(f)}" for f in v.verdict]
+    if v.not_in_verdict:
+        lines.append(f"  not in this verdict: {', '.join(v.not_in_verdict)} (verify on the "
+                     "ledger runs them)")
     if v.uncovered:
         lines.append(
             f"warning: the bundled entries show {len(v.uncovered)} violation(s) of rules the "

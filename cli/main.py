@@ -157,11 +157,19 @@ def log_(
         body = row["body"]
         summary = " ".join(
             f"{k}={v}" for k, v in body.items()
-            if v not in (None, [], "") and k in ("run_id", "event", "call_id", "agent", "tool",
-                                                  "decision", "approver", "status", "item_type",
-                                                  "session_id")
+            if v not in (None, [], "") and (k in _LOG_FIELDS or (k, row["kind"]) in _LOG_ALSO)
         )
         _print_entry_line(row, summary)
+
+
+_LOG_FIELDS = frozenset({
+    "run_id", "event", "call_id", "agent", "tool", "decision", "approver", "status",
+    "item_type", "session_id",
+    "by",  # who redacted, repaired or revoked
+})
+"""The body fields ``log`` shows on an entry's line (in the body's order), where set."""
+_LOG_ALSO = frozenset({("digest", "redaction"), ("name", "ingest")})
+"""(field, kind): a field ``log`` shows on the lines of that kind only."""
 
 
 def _print_entry_line(row: dict[str, Any], text: str) -> None:

@@ -94,7 +94,7 @@ def _list_named(json_: bool, expanded: bool | None) -> None:
         output.print_json([q.to_json() for q in named])
         return
     rows.print_rows(
-        ["name", "question", "parameters", "mirrors"],
+        ["name", "question", "params", "mirrors"],
         [[q.name, q.question, "; ".join(p.describe() for p in q.params), q.mirrors or ""]
          for q in named],
         f"{len(named)} named queries: query NAME [--param NAME=VALUE ...] runs one; "

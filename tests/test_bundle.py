@@ -107,6 +107,11 @@ def test_orphan_case_under_the_current_sdk_proves_clean(tmp_path, key):
     assert text.code == 0 and text.out.startswith("bundle OK: authentic, signed by ")
     assert "verdict: no violation" in text.out
     assert "absence: not proven by a subset" in text.out
+    # before: "23 rules" here and "25 rules" from verify, with nothing saying which two
+    # (a trial user's note): the guard's rules read payloads, which prove does not re-hash
+    assert ("  not in this verdict: guard_verdict, guard_bypassed (verify on the ledger "
+            "runs them)\n") in text.out
+    assert report["verdict"]["not_in_verdict"] == ["guard_verdict", "guard_bypassed"]
 
 
 def test_a_bundle_that_proves_a_violation_is_authentic(tmp_path, key):

@@ -166,6 +166,11 @@ def test_list_names_each_query_its_question_parameters_and_rule(tmp_path, monkey
     result = run_cli("query", "--list", "--no-expanded")
     assert (result.code, result.err) == (0, "")
     lines = result.out.splitlines()
+    # the columns are named as the --json keys are (before: "parameters" here, "params"
+    # there; a trial user's note)
+    header = next(line for line in lines if "┃ name " in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == [
+        "name", "question", "params", "mirrors"]
     row = next(line for line in lines if "│ recent_approvals " in line)
     assert len(row) > 200, lines
     assert "Who approved what in the last `days` days." in row

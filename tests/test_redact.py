@@ -37,6 +37,16 @@ def test_redaction_keeps_every_hash_and_reports_a_notice(tmp_path):
     assert entries[-1]["kind"] == "redaction" and entries[-1]["body"]["by"] == "dpo@example.com"
 
 
+def test_log_shows_what_a_redaction_erased_and_who_did(tmp_path):
+    # before: "redaction" and nothing after it on the line (a trial user's note)
+    _ingested(tmp_path)
+    digest = _payload_of_call(tmp_path)
+    run_cli("redact", "--ledger", str(tmp_path), "--digest", digest, "--reason", "GDPR 42",
+            "--by", "dpo@example.com")
+    line = run_cli("log", "--ledger", str(tmp_path), "--kind", "redaction").out.strip()
+    assert line.endswith(f"redaction     by=dpo@example.com digest={digest}")
+
+
 def test_redacting_an_unknown_digest_is_bad_usage(tmp_path):
     _ingested(tmp_path)
     result = run_cli("redact", "--ledger", str(tmp_path), "--digest", "sha256:" + "0" * 64,

@@ -116,8 +116,10 @@ def test_an_ambiguous_prefix_names_the_matches_and_a_longer_one_picks_one(bound1
 
 
 def test_a_digest_nothing_names_or_a_bad_one_is_bad_usage(bound):
-    for text, says in (("ffffffff", "no payload digest of this ledger starts with "
-                                    "sha256:ffffffff"),
+    # before: "no payload digest ...", though show takes arguments digests too (a trial
+    # user's note)
+    for text, says in (("ffffffff", "no payload or arguments digest of this ledger starts "
+                                    "with sha256:ffffffff"),
                        ("sha256:" + "f" * 64, "starts with sha256:" + "f" * 64),
                        ("0a8b3c4", "is not a digest"), ("sha1:0a8b3c4d", "is not a digest")):
         result = _show(bound, text)

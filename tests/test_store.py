@@ -146,6 +146,20 @@ def test_changed_payload_is_an_integrity_violation(tmp_path):
     assert result.code == 1 and '"integrity"' in result.out
 
 
+def test_a_changed_payload_finding_names_its_digest_and_the_call(tmp_path):
+    # before: "payload args_payload does not match its digest", with no digest and no call
+    # (a trial user's note): an auditor could not tell which payload or call it was
+    ingest(tmp_path)
+    call = next(e for e, _ in Ledger(tmp_path).entries() if e.kind == "call")
+    digest = call.body["args_payload"]
+    rewrite_payload(tmp_path, digest, b"!" * len(stored_payloads(tmp_path)[digest]))
+    report = verify_ledger(Ledger(tmp_path))
+    found = [v for v in report.violations if v.seq == call.seq]
+    assert [(v.rule, v.run_id, v.call_id) for v in found] == [
+        ("integrity", call.body["run_id"], call.body["call_id"])]
+    assert f"sha256:{digest.hex()}" in found[0].detail
+
+
 def test_a_payload_deleted_without_a_redaction_is_a_violation(tmp_path):
     ingest(tmp_path)
     digest = next(iter(stored_payloads(tmp_path)))

@@ -160,10 +160,10 @@ COVERED_RULES = tuple(rule for rule in ENGINE_RULES
 """The rules every signed verdict covers: the engine's rules when bundle format 1 was
 defined. A rule added since is re-run only when the verdict lists it, so that a bundle
 signed before it existed still verifies (its verdict then says nothing about it)."""
-LEDGER_RULES = frozenset({*RULES, PAYLOAD_MISSING, *GUARD_RULES, *CHECKPOINT_RULES})
-"""Every rule the ledger's verifier can run (:func:`evidence_ledger.verify.audit.verify_ledger`):
-the
-evidence rules, ``payload_missing`` and the checkpoint audit's."""
+LEDGER_RULES = (*RULES, PAYLOAD_MISSING, *GUARD_RULES, *CHECKPOINT_RULES)
+"""Every rule the ledger's verifier can run (:func:`evidence_ledger.verify.audit.verify_ledger`),
+in its order: the evidence rules, ``payload_missing``, the guard audit's and the checkpoint
+audit's."""
 
 MODES = ("call", "run", "all")
 _PAYLOAD_KEY = re.compile(r"sha256:[0-9a-f]{64}")
@@ -548,6 +548,14 @@ class VerifiedBundle:
         return not self.verdict
 
     @property
+    def not_in_verdict(self) -> tuple[str, ...]:
+        """The rules of :data:`LEDGER_RULES` the signed verdict does not list, in that
+        order: the guard audit's, which read payloads (``prove`` re-hashes only the
+        bundled ones), and any rule newer than the verdict. ``verify`` on the ledger runs
+        them."""
+        return tuple(rule for rule in LEDGER_RULES if rule not in self.rules)
+
+    @property
     def whole_log(self) -> bool:
         """True when the bundle holds the whole log (root recomputed from every leaf; no
         inclusion paths)."""
@@ -598,6 +606,7 @@ class VerifiedBundle:
                 "recomputed": [f.to_json() for f in self.recomputed],
                 "signed_only": [f.to_json() for f in self.signed_only],
                 "uncovered": [f.to_json() for f in self.uncovered],
+                "not_in_verdict": list(self.not_in_verdict),
             },
             "absence": {"proven": self.absence_proven, "statement": self.absence},
         }

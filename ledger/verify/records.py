@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from evidence_ledger.format.digests import PayloadStatus
 from evidence_ledger.format.entries import PAYLOAD_FIELDS, ZERO_HASH, Entry, decode_entry
@@ -94,6 +95,14 @@ class Report:
         }
 
 
+def _identity(body: dict[str, Any]) -> tuple[str | None, tuple[str, ...], str | None]:
+    """``(run_id, scope, call_id)`` of the call an entry's body names (None and ``()`` for
+    fields it does not have): the call a finding about the entry concerns."""
+    run_id, call_id = body.get("run_id"), body.get("call_id")
+    return (run_id if isinstance(run_id, str) else None, tuple(body.get("scope") or ()),
+            call_id if isinstance(call_id, str) else None)
+
+
 def verify_records(
     items: Iterable[ScanItem],
     payload_check: Callable[[bytes], PayloadStatus] | None = None,
@@ -168,7 +177,9 @@ def verify_records(
                 if isinstance(digest, bytes):
                     status = payload_check(digest)
                     if status is PayloadStatus.MISMATCH:
-                        broken(seq, f"payload {name} does not match its digest")
+                        integrity.append(Finding(
+                            INTEGRITY, seq, f"payload {name} sha256:{digest.hex()} does not "
+                            "match its digest", *_identity(entry.body)))
                     elif status is PayloadStatus.MISSING:
                         missing.setdefault(digest, seq)
                     elif status is PayloadStatus.ERASING:

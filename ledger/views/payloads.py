@@ -222,7 +222,7 @@ def value_by_prefix(book: Ledger, text: str) -> Value:
     prefix = digest_prefix(text)
     named = _scan(book, prefix)
     digest = pick_digest(prefix, [*named.payloads, *book.payloads.with_prefix(prefix),
-                                  *named.arguments, *named.others])
+                                  *named.arguments, *named.others], "payload or arguments")
     values = LedgerValues(book.payloads, named.redactions, named.arguments)
     if digest not in named.arguments and digest not in named.others:
         return values.payload(digest)

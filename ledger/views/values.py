@@ -67,9 +67,9 @@ def digest_prefix(text: str) -> str:
     return hex_
 
 
-def pick_digest(prefix: str, known: Iterable[bytes]) -> bytes:
+def pick_digest(prefix: str, known: Iterable[bytes], what: str = "payload") -> bytes:
     """The one digest of ``known`` (32 bytes each) whose hex starts with ``prefix`` (from
-    :func:`digest_prefix`).
+    :func:`digest_prefix`); ``what`` names the digests ``known`` holds, for the error.
 
     Raises:
         UsageError: if none does, or several do (the message names up to five).
@@ -78,7 +78,7 @@ def pick_digest(prefix: str, known: Iterable[bytes]) -> bytes:
     if len(found) == 1:
         return found[0]
     if not found:
-        raise UsageError(f"no payload digest of this ledger starts with sha256:{prefix}")
+        raise UsageError(f"no {what} digest of this ledger starts with sha256:{prefix}")
     shown = ", ".join("sha256:" + d.hex() for d in found[:5])
     more = f" and {len(found) - 5} more" if len(found) > 5 else ""
     raise UsageError(f"sha256:{prefix} is ambiguous, it matches {len(found)} digests: "
