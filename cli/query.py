@@ -86,12 +86,23 @@ def _params(pairs: list[str] | None) -> dict[str, str] | None:
     return params
 
 
-def _list_named(json_: bool, expanded: bool | None) -> None:
+def _list_named(format: QueryFormat, expanded: bool | None) -> None:
     """``query --list``: each named query's name, question, parameters and the rule it
-    mirrors (with ``--json``, its SQL too)."""
+    mirrors (in JSON and JSON Lines, its SQL too; not as CSV: its parameters are nested).
+
+    Raises:
+        UsageError: for ``--format csv``.
+    """
     named = el.named_queries()
-    if json_:
+    if format is QueryFormat.csv:
+        raise el.UsageError("--list has nested parameters, not rows for CSV: give --format "
+                            "json (or jsonl)")
+    if format is QueryFormat.json:
         output.print_json([q.to_json() for q in named])
+        return
+    if format is QueryFormat.jsonl:
+        for q in named:
+            sys.stdout.write(json.dumps(q.to_json(), ensure_ascii=False) + "\n")
         return
     rows.print_rows(
         ["name", "question", "params", "mirrors"],
@@ -143,17 +154,17 @@ def query(
     violations, one row each. The table format cuts digests to 12 hex digits; csv, json
     and jsonl print them whole. --json is --format json.
     """
-    if list_:
-        if sql_or_name is not None or param:
-            raise el.UsageError("--list takes no query and no --param")
-        _list_named(json_, expanded)
-        return
-    if sql_or_name is None:
-        raise el.UsageError("give one SELECT statement or a query name (query --list)")
     if json_:
         if format not in (QueryFormat.table, QueryFormat.json):
             raise el.UsageError(f"--json and --format {format.value}: give one")
         format = QueryFormat.json
+    if list_:
+        if sql_or_name is not None or param:
+            raise el.UsageError("--list takes no query and no --param")
+        _list_named(format, expanded)
+        return
+    if sql_or_name is None:
+        raise el.UsageError("give one SELECT statement or a query name (query --list)")
     params = _params(param)
     with output.ProgressBar("indexing") as bar:
         result = open_ledger(ledger).query(

@@ -181,6 +181,19 @@ def test_list_names_each_query_its_question_parameters_and_rule(tmp_path, monkey
     assert not any((tmp_path / name).exists() for name in (".evidence", "index.duckdb"))
 
 
+def test_list_honours_format_as_json_does():
+    # before: --list --format json (and jsonl, csv) printed the text records (a trial
+    # user's note)
+    listed = cli_json("query", "--list", "--json")
+    assert cli_json("query", "--list", "--format", "json") == listed
+    lines = run_cli("query", "--list", "--format", "jsonl")
+    assert lines.code == 0 and [json.loads(line) for line in lines.out.splitlines()] == listed
+    refused = run_cli("query", "--list", "--format", "csv")
+    assert refused.code == 2 and refused.out == "" and "--format json" in refused.err
+    both = run_cli("query", "--list", "--json", "--format", "csv")
+    assert both.code == 2 and "give one" in both.err
+
+
 def test_list_json_gives_each_query_whole():
     listed = cli_json("query", "--list", "--json")
     assert isinstance(listed, list)

@@ -474,7 +474,8 @@ _QUERIES = (
     ),
     NamedQuery(
         "violations",
-        "The verifier's violations (of one rule, or all), in the order it reports them.",
+        "The violations the verifier's rules find in the log (of one rule, or all), in its "
+        "order; payload, checkpoint and guard findings are verify's only.",
         _sql("""
             SELECT seq, rule, run_id, scope, call_id, detail
             FROM violations
