@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import json
 import os
 import sys
 import traceback
@@ -156,7 +157,7 @@ def log_(
     for row in rows:
         body = row["body"]
         summary = " ".join(
-            f"{k}={v}" for k, v in body.items()
+            f"{k}={_log_value(v)}" for k, v in body.items()
             if v not in (None, [], "") and (k in _LOG_FIELDS or (k, row["kind"]) in _LOG_ALSO)
         )
         _print_entry_line(row, summary)
@@ -170,6 +171,15 @@ _LOG_FIELDS = frozenset({
 """The body fields ``log`` shows on an entry's line (in the body's order), where set."""
 _LOG_ALSO = frozenset({("digest", "redaction"), ("name", "ingest")})
 """(field, kind): a field ``log`` shows on the lines of that kind only."""
+
+
+def _log_value(value: object) -> str:
+    """A field's value on a ``log`` line: as it is, or as a JSON string when it holds a space,
+    ``=`` or ``"`` (so that no value, a ``by`` say, can pose as further fields)."""
+    text = str(value)
+    if any(c.isspace() or c in '="' for c in text):
+        return json.dumps(text, ensure_ascii=False)
+    return text
 
 
 def _print_entry_line(row: dict[str, Any], text: str) -> None:

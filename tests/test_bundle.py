@@ -41,7 +41,7 @@ from evidence_ledger.tlog.merkle import leaf_hash
 from evidence_ledger.tlog.proof_verify import verify_inclusion
 from evidence_ledger.verify.audit import verify_ledger
 from evidence_ledger.verify.rules import RuleEngine
-from tests.helpers import DATA, ingest, run_cli
+from tests.helpers import DATA, ingest, rewrite_payload, run_cli
 
 ORIGIN = "ledger.example/bundles"
 REPO = Path(__file__).resolve().parent.parent
@@ -112,6 +112,25 @@ def test_orphan_case_under_the_current_sdk_proves_clean(tmp_path, key):
     assert ("  not in this verdict: guard_verdict, guard_bypassed (verify on the ledger "
             "runs them)\n") in text.out
     assert report["verdict"]["not_in_verdict"] == ["guard_verdict", "guard_bypassed"]
+
+
+def test_a_call_bundle_claims_a_changed_payload_of_any_entry_it_bundles(tmp_path, key):
+    # breaker: once payload findings named a call, a bundle of c-update dropped those of the
+    # entries bundled with it that name another call or only a run, and signed "no violation"
+    path, vkey = key
+    ledger = tmp_path / "ledger"
+    record_orphan_case(ledger)
+    prove(ledger, path, tmp_path / "clean.json", "--call-id", "c-update")
+    seqs = {e["seq"] for e in verify_json(tmp_path / "clean.json", vkey)["entries"]}
+    book = Ledger(ledger)
+    other = next(e for e, _ in book.entries() if e.seq in seqs
+                 and e.body.get("call_id") != "c-update"
+                 and any(isinstance(e.body.get(f), bytes) for f in PAYLOAD_FIELDS))
+    digest = next(e for e in (other.body.get(f) for f in PAYLOAD_FIELDS) if isinstance(e, bytes))
+    rewrite_payload(ledger, digest, b"!")
+    prove(ledger, path, tmp_path / "tampered.json", "--call-id", "c-update")
+    claimed = verify_json(tmp_path / "tampered.json", vkey)["verdict"]["violations"]
+    assert ("integrity", other.seq) in [(v["rule"], v["seq"]) for v in claimed]
 
 
 def test_a_bundle_that_proves_a_violation_is_authentic(tmp_path, key):

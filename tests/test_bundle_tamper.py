@@ -449,6 +449,9 @@ def test_a_verdict_re_signed_without_a_new_rule_shows_what_it_leaves_out(tmp_pat
 
     verified = verify_bundle(out.read_bytes(), [load_signer(key).verifier])
     assert verified.ok and [f.rule for f in verified.uncovered] == ["output_not_persisted"]
+    # verify-proof re-ran it: not among the rules it leaves to verify on the ledger (breaker:
+    # it was listed there too)
+    assert verified.not_in_verdict == ("guard_verdict", "guard_bypassed")
     result = run_cli("verify-proof", str(out), "--verifier-key", vkey)
     assert result.code == 0
     assert "warning: the bundled entries show 1 violation(s) of rules the signed verdict " \

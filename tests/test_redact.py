@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,18 @@ def test_log_shows_what_a_redaction_erased_and_who_did(tmp_path):
             "--by", "dpo@example.com")
     line = run_cli("log", "--ledger", str(tmp_path), "--kind", "redaction").out.strip()
     assert line.endswith(f"redaction     by=dpo@example.com digest={digest}")
+
+
+def test_a_log_value_cannot_pose_as_another_field(tmp_path):
+    # breaker: by="alice digest=sha256:<other>" printed as a second digest= on the line
+    _ingested(tmp_path)
+    digest = _payload_of_call(tmp_path)
+    forged = "alice digest=sha256:" + "ab" * 32
+    run_cli("redact", "--ledger", str(tmp_path), "--digest", digest, "--reason", "r",
+            "--by", forged)
+    line = run_cli("log", "--ledger", str(tmp_path), "--kind", "redaction").out.strip()
+    assert line.endswith(f'redaction     by="{forged}" digest={digest}')
+    assert shlex.split(line.split("redaction", 1)[1]) == [f"by={forged}", f"digest={digest}"]
 
 
 def test_redacting_an_unknown_digest_is_bad_usage(tmp_path):

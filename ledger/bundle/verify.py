@@ -549,11 +549,12 @@ class VerifiedBundle:
 
     @property
     def not_in_verdict(self) -> tuple[str, ...]:
-        """The rules of :data:`LEDGER_RULES` the signed verdict does not list, in that
-        order: the guard audit's, which read payloads (``prove`` re-hashes only the
-        bundled ones), and any rule newer than the verdict. ``verify`` on the ledger runs
-        them."""
-        return tuple(rule for rule in LEDGER_RULES if rule not in self.rules)
+        """The rules of :data:`LEDGER_RULES` that neither the signed verdict lists nor
+        :func:`verify_bundle` re-runs (:data:`ENGINE_RULES`; what they find unlisted is
+        :attr:`uncovered`), in that order: the guard audit's, which read payloads (``prove``
+        re-hashes only the bundled ones). ``verify`` on the ledger runs them."""
+        return tuple(rule for rule in LEDGER_RULES
+                     if rule not in self.rules and rule not in ENGINE_RULES)
 
     @property
     def whole_log(self) -> bool:

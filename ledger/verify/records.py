@@ -95,12 +95,16 @@ class Report:
         }
 
 
-def _identity(body: dict[str, Any]) -> tuple[str | None, tuple[str, ...], str | None]:
-    """``(run_id, scope, call_id)`` of the call an entry's body names (None and ``()`` for
-    fields it does not have): the call a finding about the entry concerns."""
+def _named(body: dict[str, Any]) -> str:
+    """`` of call C (run R)``, `` (run R)`` or "": the call or run an entry's body names, for
+    the detail of an integrity finding about its payload. In the detail, not the finding's
+    identity: an integrity finding stays with the entry (a bundle's verdict claims it for
+    every bundled entry, whichever call the entry names)."""
     run_id, call_id = body.get("run_id"), body.get("call_id")
-    return (run_id if isinstance(run_id, str) else None, tuple(body.get("scope") or ()),
-            call_id if isinstance(call_id, str) else None)
+    run = f"run {run_id}" if isinstance(run_id, str) and run_id else ""
+    if isinstance(call_id, str) and call_id:
+        return f" of call {call_id}" + (f" ({run})" if run else "")
+    return f" ({run})" if run else ""
 
 
 def verify_records(
@@ -177,9 +181,8 @@ def verify_records(
                 if isinstance(digest, bytes):
                     status = payload_check(digest)
                     if status is PayloadStatus.MISMATCH:
-                        integrity.append(Finding(
-                            INTEGRITY, seq, f"payload {name} sha256:{digest.hex()} does not "
-                            "match its digest", *_identity(entry.body)))
+                        broken(seq, f"payload {name} sha256:{digest.hex()}{_named(entry.body)} "
+                               "does not match its digest")
                     elif status is PayloadStatus.MISSING:
                         missing.setdefault(digest, seq)
                     elif status is PayloadStatus.ERASING:
