@@ -86,7 +86,8 @@ def render_text(v: el.VerifiedBundle) -> str:
     ]
     recomputed = len(v.verdict) - len(v.signed_only)
     if v.ok:
-        lines.append(f"verdict: no violation ({len(v.rules)} rules; recomputed from the entries)")
+        lines.append(f"verdict: no violation ({len(v.rules)} rules, "
+                     f"{len(v.recomputed_rules)} recomputed from the entries)")
     else:
         lines.append(
             f"verdict: {len(v.verdict)} violation(s) ({recomputed} recomputed from the bundled "

@@ -105,7 +105,9 @@ def test_orphan_case_under_the_current_sdk_proves_clean(tmp_path, key):
     assert kinds.count("session_item") == 3 and "run_end" in kinds
     text = run_cli("verify-proof", str(bundle), "--verifier-key", vkey)
     assert text.code == 0 and text.out.startswith("bundle OK: authentic, signed by ")
-    assert "verdict: no violation" in text.out
+    # before: "(23 rules; recomputed from the entries)", though only the evidence rules are
+    # (a trial user's note)
+    assert "verdict: no violation (23 rules, 12 recomputed from the entries)\n" in text.out
     assert "absence: not proven by a subset" in text.out
     # before: "23 rules" here and "25 rules" from verify, with nothing saying which two
     # (a trial user's note): the guard's rules read payloads, which prove does not re-hash

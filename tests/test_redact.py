@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from evidence_ledger.record.writer import EvidenceWriter
 from evidence_ledger.storage.ledger_dir import Ledger
 from tests.helpers import format1, ingest, require_strace, run_cli
 
@@ -46,6 +47,21 @@ def test_log_shows_what_a_redaction_erased_and_who_did(tmp_path):
             "--by", "dpo@example.com")
     line = run_cli("log", "--ledger", str(tmp_path), "--kind", "redaction").out.strip()
     assert line.endswith(f"redaction     by=dpo@example.com digest={digest}")
+
+
+def test_redacting_an_arguments_digest_names_the_payload_to_redact(tmp_path):
+    # before: "no payload digest of this ledger starts with ..." for the args digest that
+    # log and trace print first (a trial user's note)
+    EvidenceWriter(Ledger(tmp_path)).call(  # as a model writes them: not canonical JSON
+        run_id="r1", call_id="c1", agent="a", tool="t", arguments='{"b": 1, "a": 2}')
+    call = json.loads(run_cli("log", "--ledger", str(tmp_path), "--kind", "call", "--json").out)[0]
+    args, payload = call["body"]["args_digest"], call["body"]["args_payload"]
+    assert args != payload
+    for given in (args, args[:19]):
+        result = run_cli("redact", "--ledger", str(tmp_path), "--digest", given, "--reason", "x")
+        assert result.code == 2 and result.err.count("\n") == 1
+        assert f"{args} is an arguments digest: the arguments are stored as payload " \
+               f"{payload}: give that" in result.err
 
 
 def test_a_log_value_cannot_pose_as_another_field(tmp_path):

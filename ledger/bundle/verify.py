@@ -548,6 +548,13 @@ class VerifiedBundle:
         return not self.verdict
 
     @property
+    def recomputed_rules(self) -> tuple[str, ...]:
+        """The rules of the signed verdict that :func:`verify_bundle` re-ran over the
+        bundled entries (those of :data:`ENGINE_RULES` it lists); the others' claims rest on
+        the signature."""
+        return tuple(rule for rule in self.rules if rule in ENGINE_RULES)
+
+    @property
     def not_in_verdict(self) -> tuple[str, ...]:
         """The rules of :data:`LEDGER_RULES` that neither the signed verdict lists nor
         :func:`verify_bundle` re-runs (:data:`ENGINE_RULES`; what they find unlisted is

@@ -37,18 +37,31 @@ class Redaction:
     digest: bytes
 
 
-def _last_mentions(ledger: Ledger, digest: bytes) -> tuple[int | None, int | None]:
+def arguments_not_payload(args_digest: bytes, payload: bytes) -> UsageError:
+    """The error for an arguments digest (RFC 8785 form) given where a payload digest is
+    wanted, naming ``payload``: the payload (the arguments as the model wrote them) a call
+    with that arguments digest stored them as."""
+    return UsageError(f"sha256:{args_digest.hex()} is an arguments digest: the arguments are "
+                      f"stored as payload sha256:{payload.hex()}: give that")
+
+
+def _last_mentions(ledger: Ledger, digest: bytes
+                   ) -> tuple[int | None, int | None, bytes | None]:
     """Seqs of the last entry naming payload ``digest`` (a payload field, or a decision's
     ``args_digest``: the copy of the arguments its approver was shown) and of its last
-    ``redaction``."""
-    named = redacted = None
+    ``redaction``; and the arguments payload of a call whose arguments digest ``digest`` is
+    (None: none)."""
+    named = redacted = stored_as = None
     for entry, _ in ledger.entries():
-        if entry.kind == "redaction" and entry.body["digest"] == digest:
+        body = entry.body
+        if entry.kind == "redaction" and body["digest"] == digest:
             redacted = entry.seq
-        elif any(entry.body.get(name) == digest for name in PAYLOAD_FIELDS) or (
-                entry.kind == "decision" and entry.body["args_digest"] == digest):
+        elif any(body.get(name) == digest for name in PAYLOAD_FIELDS) or (
+                entry.kind == "decision" and body["args_digest"] == digest):
             named = entry.seq
-    return named, redacted
+        elif entry.kind == "call" and body["args_digest"] == digest:
+            stored_as = body["args_payload"]
+    return named, redacted, stored_as
 
 
 def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = None) -> Redaction:
@@ -72,8 +85,10 @@ def redact(writer: EvidenceWriter, digest: bytes, reason: str, by: str | None = 
     if not reason.strip():
         raise UsageError("a redaction needs a --reason")
     with writer.atomic():  # holds the writer lock: no other redaction slips in between
-        named, redacted = _last_mentions(ledger, digest)
+        named, redacted, stored_as = _last_mentions(ledger, digest)
         if named is None:
+            if stored_as is not None:
+                raise arguments_not_payload(digest, stored_as)
             raise UsageError(f"no entry names payload sha256:{digest.hex()}")
         appended = redacted is None or redacted < named
         stored = ledger.payloads.scrub(digest)

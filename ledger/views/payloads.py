@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 from evidence_ledger.format.entries import PAYLOAD_FIELDS, Entry
 from evidence_ledger.format.errors import EvidenceError, UsageError
+from evidence_ledger.record.redact import arguments_not_payload
 from evidence_ledger.storage.ledger_dir import Ledger
 from evidence_ledger.storage.payload_store import Payloads
 from evidence_ledger.verify.findings import Finding
@@ -240,14 +241,18 @@ def payload_digest(book: Ledger, text: str) -> bytes:
     without reading the log; a prefix takes one pass.
 
     Raises:
-        UsageError: for a malformed digest, a prefix no payload has, or an ambiguous one.
+        UsageError: for a malformed digest, a prefix no payload has (naming the payload of
+            the call's arguments when it is an arguments digest), or an ambiguous one.
         EvidenceError: at a damaged record of the log.
     """
     prefix = digest_prefix(text)
     if len(prefix) == 64:
         return bytes.fromhex(prefix)
     named = _scan(book, prefix)
-    return pick_digest(prefix, [*named.payloads, *book.payloads.with_prefix(prefix)])
+    payloads = [*named.payloads, *book.payloads.with_prefix(prefix)]
+    if not payloads and len(named.arguments) == 1:
+        raise arguments_not_payload(*next(iter(named.arguments.items())))
+    return pick_digest(prefix, payloads)
 
 
 class CheckedReader:
